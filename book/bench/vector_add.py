@@ -1,0 +1,102 @@
+"""Chapter 2: vector add on the CPU (torch on the host) and on the GPU (torch.add and our Triton kernel),
+with the device-to-device copy bandwidth measured at each size as the ceiling."""
+
+from __future__ import annotations
+
+from book import render
+from book.bench.registry import Benchmark, Progress
+from book.bench.timing import cpu_ms, gbps, gpu_ms
+
+SIZES = [10**3, 10**4, 10**5, 10**6, 10**7, 2**24, 2**26, 10**8, 2**27, 2**28]
+CPU_MAX = 10**8  # the host run gets slow past this; the GPU sizes go further
+TARGET_FROM = 2**26  # the chapter's target: >= 90% of copy bandwidth from here up
+TARGET_SHARE = 0.90
+
+
+def run(progress: Progress) -> list[dict]:
+    import torch
+
+    from kernels.vector_add import add
+
+    rows = []
+    for n in SIZES:
+        x = torch.randn(n, device="cuda")
+        y = torch.randn(n, device="cuda")
+        assert torch.equal(add(x, y), x + y), f"Triton add is wrong at n={n}"
+        nbytes = 3 * n * 4  # read x, read y, write out
+        triton_ms = gpu_ms(lambda x=x, y=y: add(x, y))
+        torch_ms = gpu_ms(lambda x=x, y=y: torch.add(x, y))
+        dst = torch.empty_like(x)
+        copy_ms = gpu_ms(lambda x=x, dst=dst: dst.copy_(x))
+        cpu_x, cpu_y = (x.cpu(), y.cpu()) if n <= CPU_MAX else (None, None)
+        host_ms = cpu_ms(lambda: torch.add(cpu_x, cpu_y)) if n <= CPU_MAX else None
+        rows.append({
+            "n": n,
+            "cpu_ms": host_ms,
+            "torch_ms": torch_ms,
+            "triton_ms": triton_ms,
+            "copy_ms": copy_ms,
+            "cpu_GBps": gbps(nbytes, host_ms),
+            "torch_GBps": gbps(nbytes, torch_ms),
+            "triton_GBps": gbps(nbytes, triton_ms),
+            "copy_GBps": gbps(2 * n * 4, copy_ms),
+        })
+        progress(f"n={n:>10}: triton {rows[-1]['triton_GBps']:7.1f} GB/s, copy {rows[-1]['copy_GBps']:7.1f} GB/s")
+        del x, y, dst, cpu_x, cpu_y
+    return rows
+
+
+def _series(result: dict, keys: dict[str, str]) -> dict:
+    xs = [row["n"] for row in result["rows"]]
+    return {label: (xs, [row[key] for row in result["rows"]]) for label, key in keys.items()}
+
+
+def time_plot(result: dict):
+    return render.line_plot(
+        _series(result, {"CPU (torch on the host)": "cpu_ms", "GPU: torch.add": "torch_ms",
+                         "GPU: Triton add_kernel": "triton_ms"}),
+        xlabel="Elements per vector", ylabel="Time (ms, median)", title="Vector add: time", logy=True,
+    )
+
+
+def gbps_plot(result: dict):
+    return render.line_plot(
+        _series(result, {"CPU (torch on the host)": "cpu_GBps", "GPU: torch.add": "torch_GBps",
+                         "GPU: Triton add_kernel": "triton_GBps", "GPU: copy (ceiling)": "copy_GBps"}),
+        xlabel="Elements per vector", ylabel="Bandwidth (GB/s, bytes read + written)",
+        title="Vector add: bandwidth", logy=True,
+    )
+
+
+def table(result: dict) -> str:
+    rows = [[f"{row['n']:,}", row["cpu_ms"], row["torch_ms"], row["triton_ms"], row["triton_GBps"],
+             row["copy_GBps"], f"{row['triton_GBps'] / row['copy_GBps']:.0%}",
+             None if row["cpu_ms"] is None else f"{row['cpu_ms'] / row['triton_ms']:.1f}×"]
+            for row in result["rows"]]
+    return render.table(["Elements", "CPU ms", "torch.add ms", "Triton ms", "Triton GB/s", "Copy GB/s",
+                         "Triton / copy", "Speed-up over CPU"], rows)
+
+
+def target(result: dict) -> str:
+    big = [row for row in result["rows"] if row["n"] >= TARGET_FROM]
+    shares = [row["triton_GBps"] / row["copy_GBps"] for row in big]
+    met = all(share >= TARGET_SHARE for share in shares)
+    verdict = "Target met" if met else "Target not met"
+    kind = "success" if met else "failure"
+    return (
+        f'!!! {kind} "{verdict}: at least {TARGET_SHARE:.0%} of copy bandwidth from 2^26 elements up"\n\n'
+        f"    From {TARGET_FROM:,} to {big[-1]['n']:,} elements the Triton kernel moves "
+        f"{min(shares):.0%} to {max(shares):.0%} of the bytes per second that a plain copy of the same size "
+        f"moves in the same run ({min(r['triton_GBps'] for r in big):,.0f} to "
+        f"{max(r['triton_GBps'] for r in big):,.0f} GB/s).\n"
+    )
+
+
+BENCHMARK = Benchmark(
+    name="vector_add",
+    chapter="ch02",
+    title="Vector add",
+    sources=["kernels/vector_add.py", "book/bench/vector_add.py"],
+    run=run,
+    views={"time-plot": time_plot, "gbps-plot": gbps_plot, "table": table, "target": target},
+)

@@ -1,0 +1,84 @@
+"""MkDocs hooks: replace results markers in pages with tables and figures drawn from results files.
+
+A page asks for a view of a benchmark with a line of its own:
+
+    <!-- results: vector_add gbps-plot -->
+
+Figures become SVG files of the site (under figures/); tables and sentences become markdown. Under each
+view goes the provenance line of the run, and above it a warning when the measured kernel changed since.
+With results from several GPUs, the view shows one tab per GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import re
+import textwrap
+
+from mkdocs.structure.files import File, Files
+
+from book import render, results
+from book.bench import by_name
+
+log = logging.getLogger("mkdocs.plugins.book")
+
+MARKER = re.compile(r"^<!-- results: (?P<benchmark>\w+) (?P<view>[\w-]+) -->$", re.MULTILINE)
+
+# (benchmark, view) -> list of (gpu name, markdown body with a {figures} placeholder for the page's path)
+_rendered: dict[tuple[str, str], list[tuple[str, str]]] = {}
+
+
+def on_files(files: Files, config) -> Files:
+    """Render every view that some page asks for, once, and add its figures to the site."""
+    _rendered.clear()
+    for page in files.documentation_pages():
+        if not page.src_uri.endswith(".md"):
+            continue
+        for match in MARKER.finditer(page.content_string):
+            key = (match["benchmark"], match["view"])
+            if key not in _rendered:
+                _rendered[key] = _render_view(*key, files, config)
+    return files
+
+
+def _render_view(benchmark_name: str, view_name: str, files: Files, config) -> list[tuple[str, str]]:
+    benchmark = by_name(benchmark_name)
+    if view_name not in benchmark.views:
+        raise KeyError(f"benchmark {benchmark_name!r} has no view {view_name!r}; views: {list(benchmark.views)}")
+    bodies = []
+    for result in results.load_all(benchmark_name):
+        provenance = result["provenance"]
+        output = benchmark.views[view_name](result)
+        if isinstance(output, str):
+            body = output
+        else:
+            uri = f"figures/{benchmark_name}-{view_name}-{provenance['gpu_slug']}.svg"
+            files.append(File.generated(config, uri, content=render.svg_bytes(output)))
+            body = f"![{benchmark.title}: {view_name}]({{figures}}/{uri.split('/', 1)[1]})"
+        warning = render.stale_warning(provenance)
+        if warning:
+            log.info("Stale results: %s/%s was measured on older sources (%s)", provenance["gpu_slug"],
+                     benchmark_name, ", ".join(render.stale_sources(provenance)))
+            body = warning + "\n" + body
+        bodies.append((provenance["gpu"], body + "\n\n" + render.provenance_line(provenance)))
+    return bodies
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    figures_dir = posixpath.relpath("figures", posixpath.dirname(page.file.src_uri) or ".")
+
+    def replace(match: re.Match) -> str:
+        bodies = _rendered.get((match["benchmark"], match["view"]), [])
+        if not bodies:
+            log.info("No results yet for %s (page %s)", match["benchmark"], page.file.src_uri)
+            return (
+                '!!! note "No measurements yet"\n\n'
+                f"    `{match['benchmark']}` has no results file. Run `make bench` on a GPU machine.\n"
+            )
+        filled = [(gpu, body.replace("{figures}", figures_dir)) for gpu, body in bodies]
+        if len(filled) == 1:
+            return filled[0][1]
+        return "\n\n".join(f'=== "{gpu}"\n\n' + textwrap.indent(body, "    ") for gpu, body in filled)
+
+    return MARKER.sub(replace, markdown)

@@ -1,0 +1,76 @@
+"""Where a measurement came from: the GPU, the software stack, the commit and the kernel sources."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import re
+import subprocess
+
+from book import ROOT
+
+
+def source_hash(relative_path: str) -> str:
+    """sha256 of a source file in the repository, or "missing" if it is gone."""
+    path = ROOT / relative_path
+    if not path.is_file():
+        return "missing"
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def gpu_slug(gpu_name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3' (the folder name under results/)."""
+    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
+
+
+def _git_commit() -> str:
+    if os.environ.get("BOOK_COMMIT"):
+        return os.environ["BOOK_COMMIT"]
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT, capture_output=True, text=True, check=True,
+        ).stdout.strip()
+        return commit + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _driver_version() -> str:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, check=True, timeout=30,
+        ).stdout
+        return out.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "unknown"
+
+
+def collect(sources: list[str]) -> dict:
+    """Provenance of a run on the current CUDA device, with hashes of the measured sources."""
+    import torch
+    import triton
+
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "gpu": props.name,
+        "gpu_slug": gpu_slug(props.name),
+        "sm_count": props.multi_processor_count,
+        "driver": _driver_version(),
+        "cuda": torch.version.cuda or "unknown",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": _git_commit(),
+        "sources": {path: source_hash(path) for path in sources},
+    }
+
+
+def stale_sources(provenance: dict) -> list[str]:
+    """The measured sources whose current text differs from the text that was measured."""
+    return [path for path, digest in provenance["sources"].items() if source_hash(path) != digest]

@@ -1,0 +1,101 @@
+"""Pieces pages are made of: markdown tables, SVG figures, provenance lines and stale-result warnings."""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from book.provenance import stale_sources  # noqa: E402
+
+plt.rcParams.update({
+    "svg.hashsalt": "flash-attention-book",  # stable element ids, so rebuilds give the same files
+    "svg.fonttype": "none",  # text stays text: selectable, and no font files needed
+    "font.size": 10,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "figure.dpi": 100,
+})
+
+
+def table(headers: list[str], rows: list[list[object]]) -> str:
+    """A markdown table; floats get three significant figures, None becomes an em dash."""
+    def cell(value: object) -> str:
+        if value is None:
+            return "—"
+        if isinstance(value, float):
+            return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---:" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def line_plot(
+    series: dict[str, tuple[list[float], list[float | None]]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    logx: bool = True,
+    logy: bool = False,
+    hlines: dict[str, float] | None = None,
+):
+    """A figure with one line per series; points whose y is None (out of memory, not run) are left out."""
+    fig, ax = plt.subplots(figsize=(7.0, 4.0))
+    markers = "osD^v<>p*h"
+    for i, (label, (xs, ys)) in enumerate(series.items()):
+        points = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
+        if points:
+            ax.plot(*zip(*points, strict=True), marker=markers[i % len(markers)], markersize=4, label=label)
+    for label, y in (hlines or {}).items():
+        ax.axhline(y, linestyle="--", linewidth=1, color="grey")
+        ax.annotate(label, (0.01, y), xycoords=("axes fraction", "data"), va="bottom", fontsize=8, color="dimgray")
+    if logx:
+        ax.set_xscale("log", base=2 if all(_is_power_of_two(x) for s in series.values() for x in s[0]) else 10)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _is_power_of_two(x: float) -> bool:
+    return float(x).is_integer() and int(x) > 0 and (int(x) & (int(x) - 1)) == 0
+
+
+def svg_bytes(fig) -> bytes:
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    return buffer.getvalue().encode()
+
+
+def provenance_line(provenance: dict) -> str:
+    commit = provenance["commit"][:12] + ("-dirty" if provenance["commit"].endswith("-dirty") else "")
+    return (
+        f'<p class="provenance">Measured on {provenance["gpu"]} (driver {provenance["driver"]}, '
+        f'CUDA {provenance["cuda"]}), torch {provenance["torch"]}, triton {provenance["triton"]}, '
+        f'{provenance["date"][:10]}, commit <code>{commit}</code>.</p>'
+    )
+
+
+STALE_TITLE = "These numbers were measured on an older version of this kernel"
+
+
+def stale_warning(provenance: dict) -> str | None:
+    changed = stale_sources(provenance)
+    if not changed:
+        return None
+    files = ", ".join(f"`{path}`" for path in changed)
+    return (
+        f'!!! warning "{STALE_TITLE}"\n\n'
+        f"    {files} changed after this run. Run `make bench` on a GPU to refresh the numbers.\n"
+    )

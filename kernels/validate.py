@@ -1,0 +1,50 @@
+"""Input checks shared by the kernel wrappers. Each raises an error that names the argument and the problem."""
+
+from __future__ import annotations
+
+import torch
+
+from kernels import interpreting
+
+
+def check_device(name: str, tensor: torch.Tensor) -> None:
+    if tensor.is_cuda:
+        return
+    if tensor.device.type == "cpu" and interpreting():
+        return
+    if tensor.device.type == "cpu":
+        raise ValueError(
+            f"{name} is on the CPU; Triton kernels need a CUDA tensor. "
+            "Without a GPU, set TRITON_INTERPRET=1 before importing triton to run on the CPU."
+        )
+    raise ValueError(f"{name} is on {tensor.device}; Triton kernels need a CUDA tensor")
+
+
+def check_same_device(**tensors: torch.Tensor) -> None:
+    devices = {name: t.device for name, t in tensors.items()}
+    if len(set(devices.values())) > 1:
+        listed = ", ".join(f"{name} on {device}" for name, device in devices.items())
+        raise ValueError(f"inputs must be on one device, got {listed}")
+
+
+def check_dtype(name: str, tensor: torch.Tensor, allowed: tuple[torch.dtype, ...]) -> None:
+    if tensor.dtype not in allowed:
+        names = ", ".join(str(d).removeprefix("torch.") for d in allowed)
+        raise TypeError(f"{name} has dtype {str(tensor.dtype).removeprefix('torch.')}; supported: {names}")
+
+
+def check_same_dtype(**tensors: torch.Tensor) -> None:
+    dtypes = {name: t.dtype for name, t in tensors.items()}
+    if len(set(dtypes.values())) > 1:
+        listed = ", ".join(f"{name} is {str(d).removeprefix('torch.')}" for name, d in dtypes.items())
+        raise TypeError(f"inputs must have one dtype, got {listed}")
+
+
+def check_contiguous(name: str, tensor: torch.Tensor) -> None:
+    if not tensor.is_contiguous():
+        raise ValueError(f"{name} is not contiguous (strides {tuple(tensor.stride())}); pass {name}.contiguous()")
+
+
+def check_ndim(name: str, tensor: torch.Tensor, ndim: int) -> None:
+    if tensor.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got {tensor.ndim}-D with shape {tuple(tensor.shape)}")
