@@ -15,7 +15,10 @@ def path_for(benchmark: str, gpu_slug: str, results_dir: Path = RESULTS_DIR) -> 
 
 
 def write(result: dict, results_dir: Path = RESULTS_DIR) -> Path:
-    validate(result)
+    try:
+        validate(result)
+    except ImportError:  # a GPU image without jsonschema: the test suite validates every committed file
+        pass
     path = path_for(result["benchmark"], result["provenance"]["gpu_slug"], results_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1, sort_keys=False) + "\n")
@@ -30,7 +33,7 @@ def validate(result: dict) -> None:
 
 
 def load_all(benchmark: str, results_dir: Path = RESULTS_DIR) -> list[dict]:
-    """Every GPU's results for one benchmark, newest GPU folder name first is not implied: sorted by name."""
+    """Every GPU's results for one benchmark, sorted by GPU folder name."""
     found = []
     for path in sorted(results_dir.glob(f"*/{benchmark}.json")):
         found.append(json.loads(path.read_text()))

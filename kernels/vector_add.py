@@ -22,7 +22,10 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
     mask = offsets < n_elements
     x = tl.load(x_ptr + offsets, mask=mask)
     y = tl.load(y_ptr + offsets, mask=mask)
-    tl.store(out_ptr + offsets, x + y, mask=mask)
+    # Add in fp32 and round once, on the store: exact for fp32 inputs, correctly rounded for fp16 and bf16.
+    # (Triton's CPU interpreter emulates bf16 with numpy and needs this upcast to get bf16 right.)
+    total = x.to(tl.float32) + y.to(tl.float32)
+    tl.store(out_ptr + offsets, total.to(out_ptr.dtype.element_ty), mask=mask)
 # --8<-- [end:kernel]
 
 

@@ -14,17 +14,8 @@ MATMUL_SIZES = [4096, 8192]
 def run(progress: Progress) -> list[dict]:
     import torch
 
-    rows = []
-    src = torch.randn(COPY_BYTES // 4, device="cuda")
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    assert torch.equal(dst, src), "device-to-device copy is wrong"
-    ms = gpu_ms(lambda: dst.copy_(src))
-    # A copy reads every byte once and writes it once.
-    rows.append({"quantity": "copy", "dtype": "float32", "size": COPY_BYTES, "ms": ms,
-                 "TBps": gbps(2 * COPY_BYTES, ms) / 1e3})
+    rows = [_copy_row()]
     progress(f"copy 4 GiB: {rows[-1]['TBps']:.2f} TB/s")
-    del src, dst
 
     for dtype in (torch.float16, torch.bfloat16):
         for n in MATMUL_SIZES:
@@ -44,6 +35,19 @@ def run(progress: Progress) -> list[dict]:
     rows.append({"quantity": "tiny kernel", "dtype": "float32", "size": 1, "ms": ms, "us": ms * 1e3})
     progress(f"tiny kernel: {ms * 1e3:.1f} us")
     return rows
+
+
+def _copy_row() -> dict:
+    import torch
+
+    src = torch.randn(COPY_BYTES // 4, device="cuda")
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    assert torch.equal(dst, src), "device-to-device copy is wrong"
+    ms = gpu_ms(lambda: dst.copy_(src))
+    # A copy reads every byte once and writes it once.
+    return {"quantity": "copy", "dtype": "float32", "size": COPY_BYTES, "ms": ms,
+            "TBps": gbps(2 * COPY_BYTES, ms) / 1e3}
 
 
 def ceilings_table(result: dict) -> str:

@@ -14,36 +14,41 @@ TARGET_SHARE = 0.90
 
 
 def run(progress: Progress) -> list[dict]:
+    rows = []
+    for n in SIZES:
+        rows.append(_measure(n))
+        progress(f"n={n:>10}: triton {rows[-1]['triton_GBps']:7.1f} GB/s, copy {rows[-1]['copy_GBps']:7.1f} GB/s")
+    return rows
+
+
+def _measure(n: int) -> dict:
     import torch
 
     from kernels.vector_add import add
 
-    rows = []
-    for n in SIZES:
-        x = torch.randn(n, device="cuda")
-        y = torch.randn(n, device="cuda")
-        assert torch.equal(add(x, y), x + y), f"Triton add is wrong at n={n}"
-        nbytes = 3 * n * 4  # read x, read y, write out
-        triton_ms = gpu_ms(lambda x=x, y=y: add(x, y))
-        torch_ms = gpu_ms(lambda x=x, y=y: torch.add(x, y))
-        dst = torch.empty_like(x)
-        copy_ms = gpu_ms(lambda x=x, dst=dst: dst.copy_(x))
-        cpu_x, cpu_y = (x.cpu(), y.cpu()) if n <= CPU_MAX else (None, None)
-        host_ms = cpu_ms(lambda: torch.add(cpu_x, cpu_y)) if n <= CPU_MAX else None
-        rows.append({
-            "n": n,
-            "cpu_ms": host_ms,
-            "torch_ms": torch_ms,
-            "triton_ms": triton_ms,
-            "copy_ms": copy_ms,
-            "cpu_GBps": gbps(nbytes, host_ms),
-            "torch_GBps": gbps(nbytes, torch_ms),
-            "triton_GBps": gbps(nbytes, triton_ms),
-            "copy_GBps": gbps(2 * n * 4, copy_ms),
-        })
-        progress(f"n={n:>10}: triton {rows[-1]['triton_GBps']:7.1f} GB/s, copy {rows[-1]['copy_GBps']:7.1f} GB/s")
-        del x, y, dst, cpu_x, cpu_y
-    return rows
+    x = torch.randn(n, device="cuda")
+    y = torch.randn(n, device="cuda")
+    assert torch.equal(add(x, y), x + y), f"Triton add is wrong at n={n}"
+    nbytes = 3 * n * 4  # read x, read y, write out
+    triton_ms = gpu_ms(lambda: add(x, y))
+    torch_ms = gpu_ms(lambda: torch.add(x, y))
+    dst = torch.empty_like(x)
+    copy_ms = gpu_ms(lambda: dst.copy_(x))
+    host_ms = None
+    if n <= CPU_MAX:
+        cpu_x, cpu_y = x.cpu(), y.cpu()
+        host_ms = cpu_ms(lambda: torch.add(cpu_x, cpu_y))
+    return {
+        "n": n,
+        "cpu_ms": host_ms,
+        "torch_ms": torch_ms,
+        "triton_ms": triton_ms,
+        "copy_ms": copy_ms,
+        "cpu_GBps": gbps(nbytes, host_ms),
+        "torch_GBps": gbps(nbytes, torch_ms),
+        "triton_GBps": gbps(nbytes, triton_ms),
+        "copy_GBps": gbps(2 * n * 4, copy_ms),
+    }
 
 
 def _series(result: dict, keys: dict[str, str]) -> dict:
