@@ -30,7 +30,9 @@ def run(snippet: Path | str, timeout: float = 600) -> str:
     Without a CUDA GPU the snippet runs under the Triton interpreter, as the pages tell learners to do.
     """
     path = ROOT / snippet if not Path(snippet).is_absolute() else Path(snippet)
-    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONUNBUFFERED="1")
+    # The repository root on the path, as `make setup`'s editable install gives a learner.
+    python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONHASHSEED="0", PYTHONUNBUFFERED="1", PYTHONPATH=python_path)
     if not _has_cuda():
         env["TRITON_INTERPRET"] = "1"
     completed = subprocess.run(

@@ -60,6 +60,6 @@ def test_cpu_tensor_without_interpreter_is_refused(monkeypatch):
 
 
 @pytest.mark.gpu
-def test_mixed_devices_are_refused():
-    with pytest.raises(ValueError, match="one device"):
+def test_cpu_tensor_beside_a_gpu_tensor_is_refused():
+    with pytest.raises(ValueError, match="y is on the CPU"):
         add(torch.randn(4, device="cuda"), torch.randn(4))

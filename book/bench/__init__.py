@@ -1,12 +1,27 @@
-"""Every benchmark the book bakes into its pages. A chapter registers its benchmark here."""
+"""Every benchmark the book bakes into its pages.
 
-from book.bench import gpu_basics, vector_add
+A chapter adds a module to this package that defines BENCHMARK (a registry.Benchmark); it is found
+automatically, and `python -m book.bench --list` shows it.
+"""
+
+import importlib
+import pkgutil
+
 from book.bench.registry import Benchmark
 
-ALL: list[Benchmark] = [
-    gpu_basics.BENCHMARK,
-    vector_add.BENCHMARK,
-]
+_NOT_BENCHMARKS = {"registry", "timing", "__main__"}
+
+
+def _discover() -> list[Benchmark]:
+    found = []
+    for module in pkgutil.iter_modules(__path__):
+        if module.name in _NOT_BENCHMARKS:
+            continue
+        found.append(importlib.import_module(f"{__name__}.{module.name}").BENCHMARK)
+    return sorted(found, key=lambda b: (b.chapter, b.name))
+
+
+ALL: list[Benchmark] = _discover()
 
 
 def by_name(name: str) -> Benchmark:
