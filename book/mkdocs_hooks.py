@@ -7,10 +7,16 @@ A page asks for a view of a benchmark with a line of its own:
 Figures become SVG files of the site (under figures/); tables and sentences become markdown. Under each
 view goes the provenance line of the run, and above it a warning when the measured kernel changed since.
 With results from several GPUs, the view shows one tab per GPU.
+
+A page can also draw a figure from code at build time (no GPU involved), for example from a numpy
+simulator; the function takes no arguments and returns a matplotlib figure:
+
+    <!-- figure: book.figures.ch05:hbm_bytes -->
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import posixpath
 import re
@@ -24,6 +30,7 @@ from book.bench import by_name
 log = logging.getLogger("mkdocs.plugins.book")
 
 MARKER = re.compile(r"^<!-- results: (?P<benchmark>\w+) (?P<view>[\w-]+) -->$", re.MULTILINE)
+FIGURE = re.compile(r"^<!-- figure: (?P<module>[\w.]+):(?P<function>\w+) -->$", re.MULTILINE)
 
 # (benchmark, view) -> list of (gpu name, markdown body with a {figures} placeholder for the page's path)
 _rendered: dict[tuple[str, str], list[tuple[str, str]]] = {}
@@ -39,7 +46,16 @@ def on_files(files: Files, config) -> Files:
             key = (match["benchmark"], match["view"])
             if key not in _rendered:
                 _rendered[key] = _render_view(*key, files, config)
+        for match in FIGURE.finditer(page.content_string):
+            uri = _figure_uri(match)
+            if files.get_file_from_path(uri) is None:
+                figure = getattr(importlib.import_module(match["module"]), match["function"])()
+                files.append(File.generated(config, uri, content=render.svg_bytes(figure)))
     return files
+
+
+def _figure_uri(match: re.Match) -> str:
+    return f"figures/{match['module'].replace('.', '-')}-{match['function']}.svg"
 
 
 def _render_view(benchmark_name: str, view_name: str, files: Files, config) -> list[tuple[str, str]]:
@@ -81,4 +97,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
             return filled[0][1]
         return "\n\n".join(f'=== "{gpu}"\n\n' + textwrap.indent(body, "    ") for gpu, body in filled)
 
-    return MARKER.sub(replace, markdown)
+    def figure(match: re.Match) -> str:
+        name = match["function"].replace("_", " ")
+        return f"![{name}]({figures_dir}/{_figure_uri(match).split('/', 1)[1]})"
+
+    return FIGURE.sub(figure, MARKER.sub(replace, markdown))

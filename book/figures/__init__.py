@@ -1,0 +1,1 @@
+"""Figures drawn from code at build time (simulators, diagrams), one module per chapter."""
