@@ -1,0 +1,62 @@
+"""Results files: every committed one follows the schema, and the schema rejects what it should."""
+
+import copy
+import json
+
+import jsonschema
+import pytest
+
+from book import RESULTS_DIR, results
+
+COMMITTED = sorted(RESULTS_DIR.glob("*/*.json"))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=[f"{p.parent.name}/{p.name}" for p in COMMITTED])
+def test_committed_results_follow_the_schema(path):
+    result = json.loads(path.read_text())
+    results.validate(result)
+    assert path.parent.name == result["provenance"]["gpu_slug"]
+    assert path.stem == result["benchmark"]
+
+
+def _valid_result() -> dict:
+    return {
+        "schema": 1,
+        "benchmark": "vector_add",
+        "provenance": {
+            "gpu": "NVIDIA H100 80GB HBM3", "gpu_slug": "nvidia-h100-80gb-hbm3", "sm_count": 132,
+            "driver": "580.159.04", "cuda": "13.0", "torch": "2.11.0+cu130", "triton": "3.6.0",
+            "date": "2026-11-23T10:00:00Z", "commit": "abc123", "sources": {"kernels/vector_add.py": "sha256:" + "0" * 64},
+        },
+        "rows": [{"n": 1000, "triton_ms": 0.01, "cpu_ms": None}],
+    }
+
+
+def test_a_valid_result_passes():
+    results.validate(_valid_result())
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda r: r["provenance"].pop("triton"),
+        lambda r: r["provenance"].pop("sources"),
+        lambda r: r["provenance"].update(date="yesterday"),
+        lambda r: r["provenance"]["sources"].update({"kernels/x.py": "not-a-hash"}),
+        lambda r: r.update(rows=[]),
+        lambda r: r["rows"][0].update(nested={"a": 1}),
+        lambda r: r.update(schema=2),
+    ],
+    ids=["no-triton", "no-sources", "bad-date", "bad-hash", "no-rows", "nested-row", "schema-version"],
+)
+def test_schema_rejects_broken_results(breakage):
+    broken = copy.deepcopy(_valid_result())
+    breakage(broken)
+    with pytest.raises(jsonschema.ValidationError):
+        results.validate(broken)
+
+
+def test_write_puts_the_file_under_the_gpu_folder(tmp_path):
+    path = results.write(_valid_result(), results_dir=tmp_path)
+    assert path == tmp_path / "nvidia-h100-80gb-hbm3" / "vector_add.json"
+    assert results.load_all("vector_add", results_dir=tmp_path)[0] == _valid_result()
