@@ -26,7 +26,8 @@ def _valid_result() -> dict:
         "provenance": {
             "gpu": "NVIDIA H100 80GB HBM3", "gpu_slug": "nvidia-h100-80gb-hbm3", "sm_count": 132,
             "driver": "580.159.04", "cuda": "13.0", "torch": "2.11.0+cu130", "triton": "3.6.0",
-            "date": "2026-11-23T10:00:00Z", "commit": "abc123", "sources": {"kernels/vector_add.py": "sha256:" + "0" * 64},
+            "date": "2026-11-23T10:00:00Z", "commit": "abc123",
+            "sources": {"kernels/vector_add.py": "sha256:" + "0" * 64},
         },
         "rows": [{"n": 1000, "triton_ms": 0.01, "cpu_ms": None}],
     }

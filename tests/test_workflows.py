@@ -25,8 +25,8 @@ def test_workflows_exist():
 
 
 def test_workflows_follow_the_github_schema():
-    done = subprocess.run([_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *map(str, WORKFLOWS)],
-                          capture_output=True, text=True)
+    command = [_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", *map(str, WORKFLOWS)]
+    done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
