@@ -1,0 +1,135 @@
+"""Chapter 4: a fused softmax over the last dimension, for rows of any length.
+
+Rows of up to MAX_SINGLE_BLOCK values fit in one block: a program loads the row once, takes its max,
+exponentiates, sums, divides and stores. Each value crosses HBM twice (one read, one write), like a copy.
+
+Longer rows do not fit in registers. They use the online softmax: pass 1 reads the row block by block and
+keeps a running max m and a running sum l; pass 2 reads it again, normalizes and stores.
+
+Both kernels are persistent: the grid has a few programs per SM, and each program loops over rows
+pid, pid + n_programs, pid + 2 * n_programs, ... so no time goes to launching one program per row.
+Everything is computed in fp32; the result is rounded to the input's dtype once, on the store.
+A row whose entries are all -inf has no softmax (0 / 0): both kernels return NaN for it, as torch.softmax does.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.validate import check_contiguous, check_device, check_dtype
+
+
+# --8<-- [start:single_block_kernel]
+@triton.jit
+def softmax_single_block_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    n_programs = tl.num_programs(axis=0)
+    cols = tl.arange(0, BLOCK_SIZE)  # BLOCK_SIZE >= n_cols: the whole row in one block
+    mask = cols < n_cols
+    # A persistent program: it handles rows pid, pid + n_programs, pid + 2 * n_programs, ...
+    for row in tl.range(pid, n_rows, n_programs):
+        # int64, so row * n_cols cannot overflow on tensors of more than 2^31 elements.
+        start = tl.cast(row, tl.int64) * n_cols
+        # Padding lanes read -inf: they never win the max, and exp(-inf - m) = 0 adds nothing to the sum.
+        x = tl.load(x_ptr + start + cols, mask=mask, other=-float("inf")).to(tl.float32)
+        m = tl.max(x, axis=0)  # the safe softmax's max: every exponent below is <= 0, no overflow
+        p = tl.exp(x - m)
+        l = tl.sum(p, axis=0)  # l >= 1 (the max contributes exp(0)), unless the row is all -inf: NaN
+        tl.store(out_ptr + start + cols, (p * (1.0 / l)).to(out_ptr.dtype.element_ty), mask=mask)
+# --8<-- [end:single_block_kernel]
+
+
+# --8<-- [start:online_kernel]
+@triton.jit
+def softmax_online_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    n_programs = tl.num_programs(axis=0)
+    cols = tl.arange(0, BLOCK_SIZE)
+    n_blocks = tl.cdiv(n_cols, BLOCK_SIZE)
+    for row in tl.range(pid, n_rows, n_programs):
+        start = tl.cast(row, tl.int64) * n_cols
+        # Pass 1: one read of the row, block by block, for the max m and the sum l together.
+        m = tl.full([], -float("inf"), tl.float32)
+        l = tl.zeros([], tl.float32)
+        for b in range(0, n_blocks):
+            offs = b * BLOCK_SIZE + cols
+            x = tl.load(x_ptr + start + offs, mask=offs < n_cols, other=-float("inf")).to(tl.float32)
+            m_new = tl.maximum(m, tl.max(x, axis=0))
+            # While every value seen is -inf, m_new is -inf and x - m_new would be -inf - (-inf) = NaN.
+            # Subtracting 0 instead gives exp(-inf) = 0: such a block adds nothing, as it should.
+            m_ref = tl.where(m_new == -float("inf"), 0.0, m_new)
+            # The rescale: the old sum was taken relative to m; exp(m - m_ref) moves it to the new max.
+            l = l * tl.exp(m - m_ref) + tl.sum(tl.exp(x - m_ref), axis=0)
+            m = m_new
+        # Pass 2: read the row again, normalize, store. l is exact now: it saw every block.
+        m_ref = tl.where(m == -float("inf"), 0.0, m)
+        inv_l = 1.0 / l  # all -inf row: l = 0, inv_l = inf, and 0 * inf = NaN, like torch.softmax
+        for i in range(0, n_blocks):
+            # Last block first: the end of the row was read most recently, so it is likeliest still in L2.
+            offs = (n_blocks - 1 - i) * BLOCK_SIZE + cols
+            mask = offs < n_cols
+            x = tl.load(x_ptr + start + offs, mask=mask, other=-float("inf")).to(tl.float32)
+            p = tl.exp(x - m_ref) * inv_l
+            tl.store(out_ptr + start + offs, p.to(out_ptr.dtype.element_ty), mask=mask)
+# --8<-- [end:online_kernel]
+
+
+# --8<-- [start:config]
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MAX_SINGLE_BLOCK = 16384  # longest row (in values) that one program holds in registers at once
+ONLINE_BLOCK = 4096  # block size of the two-pass online kernel
+ONLINE_PROGRAMS_PER_SM = 4  # few rows in flight per SM, so pass 2 finds much of its row still in L2
+
+
+def num_warps_for(block_size: int) -> int:
+    """Warps per program: 16 values per thread (four 16-byte loads in fp32), from 2 to 32 warps."""
+    return max(2, min(32, block_size // (32 * 16)))
+
+
+def launch_config(n_cols: int, max_block: int = MAX_SINGLE_BLOCK) -> dict:
+    """Which kernel a row of n_cols values gets, with its block size, warps and programs per SM."""
+    if n_cols <= max_block:
+        block = max(16, triton.next_power_of_2(n_cols))
+        warps = num_warps_for(block)
+        # An SM holds at most 64 warps and 32 programs; fill it, to hide the memory latency.
+        return {"path": "single block", "block_size": block, "num_warps": warps, "per_sm": min(32, 64 // warps)}
+    block = min(ONLINE_BLOCK, max_block)
+    return {"path": "online", "block_size": block, "num_warps": num_warps_for(block),
+            "per_sm": ONLINE_PROGRAMS_PER_SM}
+
+
+def _programs(device: torch.device, per_sm: int, n_rows: int) -> int:
+    """Size of the persistent grid: per_sm programs on every SM, never more than there are rows."""
+    if device.type != "cuda":
+        return min(n_rows, 4)  # the CPU interpreter runs programs one after the other anyway
+    # If fewer programs fit on an SM (registers), the rest wait for a free slot. That costs nothing in a
+    # persistent kernel: every program has the same share of rows.
+    return min(n_rows, torch.cuda.get_device_properties(device).multi_processor_count * per_sm)
+# --8<-- [end:config]
+
+
+# --8<-- [start:wrapper]
+def softmax(x: torch.Tensor, max_block: int = MAX_SINGLE_BLOCK) -> torch.Tensor:
+    """Softmax over the last dimension of x (fp32, fp16 or bf16; computed in fp32).
+
+    Rows of at most max_block values take the single-block kernel, longer rows the online kernel
+    (tests lower max_block to reach the online kernel with small inputs). A row of all -inf gives NaN.
+    """
+    check_device("x", x)
+    check_dtype("x", x, SUPPORTED_DTYPES)
+    check_contiguous("x", x)
+    if x.ndim == 0:
+        raise ValueError("x must have at least 1 dimension, got a 0-D tensor (a scalar)")
+    if max_block < 16 or max_block & (max_block - 1):
+        raise ValueError(f"max_block must be a power of two >= 16, got {max_block}")
+    out = torch.empty_like(x)
+    if x.numel() == 0:
+        return out
+    n_cols = x.shape[-1]
+    n_rows = x.numel() // n_cols
+    config = launch_config(n_cols, max_block)
+    kernel = softmax_single_block_kernel if config["path"] == "single block" else softmax_online_kernel
+    grid = (_programs(x.device, config["per_sm"], n_rows),)
+    kernel[grid](x, out, n_rows, n_cols, BLOCK_SIZE=config["block_size"], num_warps=config["num_warps"])
+    return out
+# --8<-- [end:wrapper]
