@@ -1,0 +1,460 @@
+"""The book's own checks: what a contributor must still do before a chapter is complete.
+
+Each check takes the root of a copy of the repository and returns a list of problems. A problem is one
+line that starts with the file it is about and ends with the fix, for example:
+
+    snippets/ch08/first_example.py: no test runs it. Fix: add a test to tests/test_ch08_snippets.py ...
+
+The test suite runs every check (tests/test_checks.py), and so does `make check` (python -m book.checks),
+which prints every problem at once. The checks:
+
+- chapters: every page in docs/chapters/ has the standard sections, in order, and is in the nav.
+- includes: every `--8<--` include in docs/ names a file that exists, and a section that the file marks.
+- snippets: every snippet program is shown by a page (with its stored output) and run by a test.
+- results: every benchmark has a results file, and none was measured on older sources.
+- lint: `ruff check` finds nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# The headings every chapter has, in this order (other sections go between them).
+STANDARD_SECTIONS = [
+    "What you will learn",
+    "Pitfalls and misconceptions",
+    "Say it out loud",
+    "Exercises",
+    "Recap",
+]
+TEMPLATE = "templates/chapter.md"
+
+# `--8<-- "path"` or `--8<-- 'path'`, possibly escaped with a leading `;` (then it is not an include).
+_INCLUDE_LINE = re.compile(r"""^\s*(?P<escape>;*)--8<--\s+(?P<quote>["'])(?P<target>[^"']+)(?P=quote)\s*$""")
+_BLOCK_FENCE = re.compile(r"^\s*--8<--\s*$")
+_SECTION_MARK = re.compile(r"--8<--\s+\[(?P<kind>start|end):(?P<name>[^\]]+)\]")
+_HEADING = re.compile(r"^(?P<level>#{1,6})\s+(?P<text>.+?)\s*(\{[^}]*\})?\s*$")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading the repository
+
+
+@dataclass(frozen=True)
+class Include:
+    page: str  # the page, relative to the root
+    line: int  # 1-based line number in the page
+    target: str  # what follows --8<--, e.g. "kernels/x.py:kernel"
+
+    @property
+    def path(self) -> str:
+        return _split_target(self.target)[0]
+
+    @property
+    def section(self) -> str | None:
+        return _split_target(self.target)[1]
+
+
+def _split_target(target: str) -> tuple[str, str | None]:
+    """'kernels/x.py:kernel' -> ('kernels/x.py', 'kernel'); 'a.py:3:9' -> ('a.py', '3:9'); 'a.py' -> ('a.py', None)."""
+    path, sep, rest = target.partition(":")
+    return (path, rest) if sep else (path, None)
+
+
+def _rel(root: Path, path: Path) -> str:
+    return path.relative_to(root).as_posix()
+
+
+def _pages(root: Path) -> list[Path]:
+    return sorted((root / "docs").glob("**/*.md"))
+
+
+def chapter_pages(root: Path) -> list[Path]:
+    return sorted((root / "docs" / "chapters").glob("*.md"))
+
+
+def snippet_files(root: Path) -> list[Path]:
+    return sorted((root / "snippets").glob("**/*.py"))
+
+
+def includes(root: Path) -> list[Include]:
+    """Every include in the pages, single-line (`--8<-- "file"`) and block form (lines between two `--8<--`)."""
+    found = []
+    for page in _pages(root):
+        in_block = False
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            if _BLOCK_FENCE.match(line):
+                in_block = not in_block
+                continue
+            if in_block:
+                target = line.strip()
+                if target and not target.startswith(";"):
+                    found.append(Include(_rel(root, page), number, target))
+                continue
+            match = _INCLUDE_LINE.match(line)
+            if match and not match["escape"]:
+                found.append(Include(_rel(root, page), number, match["target"]))
+    return found
+
+
+def sections_in(path: Path) -> dict[str, tuple[int, int]]:
+    """{name: (line of its start mark, line of its end mark)} of the `--8<-- [start:NAME]` marks in a file."""
+    starts: dict[str, int] = {}
+    ends: dict[str, int] = {}
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        match = _SECTION_MARK.search(line)
+        if match:
+            (starts if match["kind"] == "start" else ends).setdefault(match["name"], number)
+    return {name: (starts.get(name, 0), ends.get(name, 0)) for name in starts.keys() | ends.keys()}
+
+
+def _tests_text(root: Path) -> dict[str, str]:
+    return {_rel(root, path): path.read_text() for path in sorted((root / "tests").glob("**/*.py"))}
+
+
+def _imported_names(path: Path) -> set[str]:
+    try:
+        tree = ast.parse(path.read_text())
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def snippet_modules(root: Path) -> set[str]:
+    """Snippets that a sibling snippet imports (helpers rather than programs), relative to the root."""
+    modules = set()
+    for folder in sorted({path.parent for path in snippet_files(root)}):
+        siblings = {path.stem: path for path in folder.glob("*.py")}
+        for path in siblings.values():
+            for name in _imported_names(path) & siblings.keys():
+                if siblings[name] != path:
+                    modules.add(_rel(root, siblings[name]))
+    return modules
+
+
+def nav_pages(root: Path) -> list[str]:
+    """Every page named in mkdocs.yml's nav (paths relative to docs/)."""
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    # mkdocs.yml may carry tags such as !!python/name:...; the nav never needs them.
+    _Loader.add_multi_constructor("", lambda loader, suffix, node: None)
+    _Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: None)
+    config = yaml.load((root / "mkdocs.yml").read_text(), Loader=_Loader) or {}
+
+    found: list[str] = []
+
+    def walk(item: object) -> None:
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, list):
+            for value in item:
+                walk(value)
+        elif isinstance(item, dict):
+            for value in item.values():
+                walk(value)
+
+    walk(config.get("nav", []))
+    return found
+
+
+# ---------------------------------------------------------------------------------------------------
+# Chapters
+
+
+def check_chapter(root: Path, page: Path, nav: list[str] | None = None) -> list[str]:
+    """The standard sections of one chapter page, in order, and its place in the nav."""
+    rel = _rel(root, page)
+    lines = page.read_text().splitlines()
+    headings = []  # (level, text, line index)
+    fenced = False
+    for index, line in enumerate(lines):
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+            continue
+        match = None if fenced else _HEADING.match(line)
+        if match:
+            headings.append((len(match["level"]), match["text"].strip(), index))
+
+    problems = []
+    if not headings or headings[0][0] != 1:
+        problems.append(f'{rel}: the page does not start with a title. Fix: make its first line "# N. Title" '
+                        f"(see {TEMPLATE}).")
+    level2 = [(text, index) for level, text, index in headings if level == 2]
+    titles = [text for text, _ in level2]
+    missing = [name for name in STANDARD_SECTIONS if name not in titles]
+    if missing:
+        names = ", ".join(f'"## {name}"' for name in missing)
+        problems.append(f"{rel}: missing the standard section{'s' if len(missing) > 1 else ''} {names}. Fix: add "
+                        f"{'them' if len(missing) > 1 else 'it'}; every chapter has "
+                        f"{', '.join(STANDARD_SECTIONS)}, in that order (see {TEMPLATE}).")
+    present = [name for name in titles if name in STANDARD_SECTIONS]
+    if not missing and present != STANDARD_SECTIONS:
+        problems.append(f"{rel}: the standard sections are out of order ({', '.join(present)}). Fix: put them in "
+                        f"the order {', '.join(STANDARD_SECTIONS)}.")
+
+    def body(name: str) -> list[str]:
+        for i, (text, index) in enumerate(level2):
+            if text == name:
+                end = level2[i + 1][1] if i + 1 < len(level2) else len(lines)
+                return lines[index + 1:end]
+        return []
+
+    if "Say it out loud" in titles and not any(line.startswith(">") for line in body("Say it out loud")):
+        problems.append(f'{rel}: "## Say it out loud" has no blockquote. Fix: write the short explanation as '
+                        f'lines starting with "> ".')
+    if "Exercises" in titles and not any(line.startswith("??? success") for line in body("Exercises")):
+        problems.append(f'{rel}: "## Exercises" has no solutions. Fix: add them in a collapsible block '
+                        f'"??? success \\"Solutions\\"" under the exercises.')
+    nav = nav_pages(root) if nav is None else nav
+    in_docs = _rel(root / "docs", page)
+    if in_docs not in nav:
+        problems.append(f"{rel}: not in the nav of mkdocs.yml, so readers cannot reach it. Fix: create chapters "
+                        f'with `make chapter NAME=... TITLE="..."`, which adds the nav entry.')
+    return problems
+
+
+def chapter_problems(root: Path) -> list[str]:
+    nav = nav_pages(root)
+    return [problem for page in chapter_pages(root) for problem in check_chapter(root, page, nav)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Includes
+
+
+def check_include(root: Path, include: Include) -> list[str]:
+    where = f"{include.page}:{include.line}"
+    path, section = include.path, include.section
+    target = root / path
+    if not target.is_file():
+        return [f'{where}: includes "{include.target}", but {path} does not exist. Fix: correct the path '
+                f"(relative to the repository root) or add the file."]
+    if section is None:
+        return []
+    if re.fullmatch(r"-?\d*(:-?\d*)?(,.*)?", section):
+        return [f'{where}: includes "{include.target}" by line numbers, which break when the file changes. '
+                f"Fix: mark the lines with `# --8<-- [start:NAME]` and `# --8<-- [end:NAME]` in {path} and "
+                f'include "{path}:NAME".']
+    marks = sections_in(target)
+    if section not in marks:
+        known = ", ".join(sorted(marks)) or "none"
+        return [f'{where}: includes section "{section}" of {path}, which has no such section (sections: {known}). '
+                f"Fix: add `# --8<-- [start:{section}]` and `# --8<-- [end:{section}]` around the lines in {path}, "
+                f"or use one of its sections."]
+    start, end = marks[section]
+    if not start or not end or end < start:
+        return [f'{where}: section "{section}" of {path} is not closed: it needs a start mark before an end mark. '
+                f"Fix: mark it with `# --8<-- [start:{section}]` ... `# --8<-- [end:{section}]`."]
+    return []
+
+
+def include_problems(root: Path) -> list[str]:
+    return [problem for include in includes(root) for problem in check_include(root, include)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Snippets
+
+
+@dataclass
+class SnippetIndex:
+    """What the snippet checks look at, read once: the pages' includes, the tests' text, the helper modules."""
+
+    root: Path
+    included: set[str] = field(default_factory=set)
+    tests: dict[str, str] = field(default_factory=dict)
+    modules: set[str] = field(default_factory=set)
+
+    @classmethod
+    def read(cls, root: Path) -> SnippetIndex:
+        return cls(root, {include.path for include in includes(root)}, _tests_text(root), snippet_modules(root))
+
+
+def check_snippet(index: SnippetIndex, snippet: Path) -> list[str]:
+    """A snippet program is shown by a page with its stored output, and run by a test.
+
+    A helper module that sibling snippets import needs neither, unless a page shows it: then a test must
+    reference it too (the tests of the programs that import it count when they name it).
+    """
+    root = index.root
+    rel = _rel(root, snippet)
+    chapter = snippet.parent.name
+    out = snippet.with_suffix(".out")
+    out_rel = _rel(root, out)
+    test_file = f"tests/test_{chapter}_snippets.py"
+    is_module = rel in index.modules
+    shown = rel in index.included
+    problems = []
+    if not is_module and not shown:
+        problems.append(f"{rel}: no page includes it. Fix: show it in its chapter with "
+                        f'`--8<-- "{rel}"` in a ```python title="{rel}"``` block, its output `--8<-- "{out_rel}"` '
+                        f"below; or delete it if no page needs it.")
+    tested = any(rel in text for text in index.tests.values())
+    if not tested and (shown or not is_module):
+        problems.append(f"{rel}: no test runs it. Fix: add a test to {test_file} that calls "
+                        f'`book.snippets.check("{rel}")`, asserts the fresh output equals the stored one, '
+                        f"and asserts something real about it (see tests/test_ch02_snippets.py).")
+    if not is_module:
+        if not out.is_file():
+            problems.append(f"{rel}: its stored output {out_rel} is missing. Fix: run "
+                            f"`.venv/bin/python -m book.snippets --write {rel}`.")
+        elif shown and out_rel not in index.included:
+            problems.append(f"{rel}: the page shows the code but not its output. Fix: add "
+                            f'```text title="Output"``` with `--8<-- "{out_rel}"` under the code.')
+    return problems
+
+
+def snippet_problems(root: Path) -> list[str]:
+    index = SnippetIndex.read(root)
+    problems = [problem for snippet in snippet_files(root) for problem in check_snippet(index, snippet)]
+    for out in sorted((root / "snippets").glob("**/*.out")):
+        if not out.with_suffix(".py").is_file():
+            problems.append(f"{_rel(root, out)}: stored output of a snippet that does not exist. Fix: delete it, "
+                            f"or restore {_rel(root, out.with_suffix('.py'))}.")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------
+# Results
+
+# Runs inside the copy of the repository being checked, so that its own book.bench, book.results and
+# book.provenance (which hash files relative to that copy) answer.
+_RESULTS_PROBE = r"""
+import json, sys
+from book import ROOT
+from book.bench import ALL
+from book.provenance import stale_sources
+
+names = {b.name for b in ALL}
+report = {"benchmarks": [], "orphans": []}
+for b in ALL:
+    module = sys.modules[b.run.__module__].__file__
+    files = []
+    for path in sorted((ROOT / "results").glob(f"*/{b.name}.json")):
+        provenance = json.loads(path.read_text())["provenance"]
+        files.append({"path": path.relative_to(ROOT).as_posix(), "stale": stale_sources(provenance),
+                      "measured": sorted(provenance["sources"])})
+    report["benchmarks"].append({"name": b.name, "chapter": b.chapter, "sources": list(b.sources),
+                                 "module": __import__("pathlib").Path(module).resolve().relative_to(ROOT).as_posix(),
+                                 "results": files})
+for path in sorted((ROOT / "results").glob("*/*.json")):
+    if path.stem not in names:
+        report["orphans"].append(path.relative_to(ROOT).as_posix())
+print("\n" + json.dumps(report))
+"""
+
+
+def benchmarks_report(root: Path) -> dict:
+    """The benchmarks of a copy of the repository, their results files and which sources changed since.
+
+    Raises RuntimeError naming the failure if the copy's book.bench cannot be imported.
+    """
+    env = dict(os.environ, PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
+    done = subprocess.run([sys.executable, "-c", _RESULTS_PROBE], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip()[-3000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def check_benchmark(benchmark: dict) -> list[str]:
+    """One benchmark (an entry of benchmarks_report) has results, and none is stale."""
+    name, chapter, module = benchmark["name"], benchmark["chapter"], benchmark["module"]
+    refresh = (f'a maintainer runs `make refresh ONLY="{chapter}"` on a GPU machine (or the GPU workflow, after '
+               f"merge) and commits the results file")
+    if not benchmark["results"]:
+        return [f"{module}: benchmark {name} ({chapter}) has no results file (results/<gpu>/{name}.json), so its "
+                f'page shows "No measurements yet". Fix: {refresh}.']
+    problems = []
+    for result in benchmark["results"]:
+        changed = list(result["stale"])
+        changed += [source for source in benchmark["sources"] if source not in result["measured"]]
+        if changed:
+            problems.append(f"{result['path']}: stale, measured before {', '.join(changed)} changed or joined the "
+                            f"benchmark's sources. Fix: {refresh}.")
+    return problems
+
+
+def results_problems(root: Path) -> list[str]:
+    try:
+        report = benchmarks_report(root)
+    except RuntimeError as error:
+        return [f"book/bench: the benchmarks cannot be imported, so their results cannot be checked. Fix: make "
+                f"`python -m book.bench --list` work. The error:\n{error}"]
+    problems = [problem for benchmark in report["benchmarks"] for problem in check_benchmark(benchmark)]
+    for orphan in report["orphans"]:
+        problems.append(f"{orphan}: no benchmark of that name is registered in book/bench. Fix: delete the file, "
+                        f"or restore the benchmark module that defines it.")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------
+# Lint
+
+
+def lint_problems(root: Path) -> list[str]:
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "--output-format", "concise", "--no-cache", "."],
+                          cwd=root, capture_output=True, text=True, timeout=300)
+    if done.returncode == 0:
+        return []
+    findings = [line for line in done.stdout.splitlines() if re.match(r"^[^\s:]+:\d+:\d+: ", line)]
+    if not findings:
+        return [f"ruff failed: {(done.stdout + done.stderr).strip()[-2000:]}. Fix: run `.venv/bin/ruff check .`."]
+    return [f"{line}. Fix: correct it (`.venv/bin/ruff check --fix .` fixes some by itself)." for line in findings]
+
+
+# ---------------------------------------------------------------------------------------------------
+
+CHECKS: dict[str, Callable[[Path], list[str]]] = {
+    "chapters": chapter_problems,
+    "includes": include_problems,
+    "snippets": snippet_problems,
+    "results": results_problems,
+    "lint": lint_problems,
+}
+
+
+def all_problems(root: Path, only: list[str] | None = None) -> dict[str, list[str]]:
+    return {name: check(root) for name, check in CHECKS.items() if not only or name in only}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from book import ROOT
+
+    parser = argparse.ArgumentParser(prog="python -m book.checks", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", type=Path, default=ROOT, help="the repository to check (default: this one)")
+    parser.add_argument("--only", nargs="+", choices=list(CHECKS), help="run only these checks")
+    parser.add_argument("--grep", metavar="TEXT", help="show only problems that mention TEXT (e.g. ch08)")
+    args = parser.parse_args(argv)
+    total = 0
+    for name, problems in all_problems(args.root.resolve(), args.only).items():
+        if args.grep:
+            problems = [problem for problem in problems if args.grep in problem]
+        total += len(problems)
+        print(f"{name}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
+        for problem in problems:
+            print("  - " + problem.replace("\n", "\n    "))
+    return 1 if total else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
