@@ -173,13 +173,16 @@ def _configs() -> list[triton.Config]:
     # Head dim 256: a 128 x 256 Q tile alone is 64 KB in fp16, so smaller tiles and fewer stages.
     configs += [triton.Config({"BLOCK_M": 64, "BLOCK_N": bn}, num_warps=w, num_stages=s)
                 for bn in (32, 64) for w in (4, 8) for s in (2, 3)]
+    # ... and single-stage ones that still fit in shared memory for fp32 at head dim 256.
+    configs += [triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=1),
+                triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
     return configs
 
 
 def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
     """Keep the configs meant for this head dim (see _configs)."""
     head_dim = kwargs.get("HEAD_DIM_PAD", named_args.get("HEAD_DIM_PAD", 64))
-    kept = [c for c in configs if (c.kwargs["BLOCK_M"] == 64) == (head_dim > 128)]
+    kept = [c for c in configs if (c.kwargs["BLOCK_M"] < 128) == (head_dim > 128)]
     return kept or configs[:1]
 
 
@@ -209,6 +212,8 @@ def validate_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
     if not MIN_HEAD_DIM <= d <= MAX_HEAD_DIM:
         raise ValueError(f"head_dim must be between {MIN_HEAD_DIM} and {MAX_HEAD_DIM}, got {d}")
+    if b * h > 65535:
+        raise ValueError(f"batch * heads must be at most 65535 (one grid axis), got {b} * {h} = {b * h}")
     if n_k == 0:
         raise ValueError("k and v have no keys (sequence length 0): attention over nothing is undefined")
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -221,7 +226,7 @@ def validate_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               causal_alignment: str = "top-left", sm_scale: float | None = None, return_lse: bool = False,
-              out: torch.Tensor | None = None):
+              out: torch.Tensor | None = None, block_m: int | None = None, block_n: int | None = None):
     """softmax(q kᵀ · sm_scale) v for q of shape (B, H, Nq, D) and k, v of shape (B, H, Nk, D).
 
     sm_scale defaults to 1/sqrt(D). causal_alignment is "top-left" (query i sees keys j <= i, like
@@ -229,6 +234,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     (o, lse) with lse the fp32 natural-log logsumexp of each row's scaled scores, shape (B, H, Nq).
     Rows that see no key (bottom-right with Nq > Nk) get o = 0 and lse = -inf. Inputs may be
     non-contiguous as long as head_dim has unit stride. `out`, if given, receives the result.
+    block_m and block_n (powers of two, both or neither) pin the tile shape instead of autotuning.
     """
     validate_inputs(q, k, v)
     if causal_alignment not in ALIGNMENTS:
@@ -250,21 +256,26 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         # Triton's CPU interpreter computes tl.dot on bf16 operands wrongly; there (only), run the fp32
         # kernel on upcast copies and round the result to bf16. On a GPU bf16 goes straight to the kernel.
         o32 = attention(q.float(), k.float(), v.float(), causal=causal, causal_alignment=causal_alignment,
-                        sm_scale=sm_scale, return_lse=return_lse)
+                        sm_scale=sm_scale, return_lse=return_lse, block_m=block_m, block_n=block_n)
         out.copy_(o32[0] if return_lse else o32)
         return (out, o32[1]) if return_lse else out
 
     def grid(meta):
         return (triton.cdiv(n_q, meta["BLOCK_M"]), batch * heads)
 
-    _attn_fwd_tuned[grid](
+    kernel, tiles = _attn_fwd_tuned, {}
+    if block_m is not None or block_n is not None:
+        if not all(isinstance(b, int) and b >= 16 and b & (b - 1) == 0 for b in (block_m, block_n)):
+            raise ValueError(f"block_m and block_n must both be powers of two >= 16, got {block_m}, {block_n}")
+        kernel, tiles = _attn_fwd, {"BLOCK_M": block_m, "BLOCK_N": block_n}
+    kernel[grid](
         q, k, v, out, lse, sm_scale * LOG2_E,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
         heads, n_q, n_k,
         HEAD_DIM=head_dim, HEAD_DIM_PAD=max(triton.next_power_of_2(head_dim), 16), CAUSAL=bool(causal),
         BOTTOM_RIGHT=causal_alignment == "bottom-right", STORE_LSE=return_lse,
         # fp32 inputs: exact fp32 products ("ieee"), not TF32, so fp32 results match an fp32 reference.
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **tiles,
     )
     return (out, lse) if return_lse else out
 # --8<-- [end:wrapper]
