@@ -1,0 +1,324 @@
+"""The book's checks (book/checks.py), run on this repository, and shown to catch what they should.
+
+The first tests run each check on the repository, one test per chapter, page, snippet or benchmark, so a
+failure names what is incomplete and says how to fix it. `make check` prints the same problems at once.
+The tests after them build small repositories in temporary folders and prove that each check finds what
+it should, with a message that names the file and the fix.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from book import ROOT, checks
+from book.bench import ALL
+from tests.site import copy_book
+
+CHAPTERS = checks.chapter_pages(ROOT)
+PAGES = sorted((ROOT / "docs").glob("**/*.md"))
+SNIPPETS = checks.snippet_files(ROOT)
+
+
+def _ids(paths):
+    return [p.relative_to(ROOT).as_posix() for p in paths]
+
+
+def _report(problems: list[str]) -> str:
+    return "\n".join(["", *problems, "(`make check` lists every problem of the book.)"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# This repository
+
+
+@pytest.mark.parametrize("page", CHAPTERS, ids=_ids(CHAPTERS))
+def test_chapter_has_the_standard_sections(page):
+    problems = checks.check_chapter(ROOT, page)
+    assert not problems, _report(problems)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_ids(PAGES))
+def test_every_include_resolves(page):
+    rel = page.relative_to(ROOT).as_posix()
+    problems = [p for i in checks.includes(ROOT) if i.page == rel for p in checks.check_include(ROOT, i)]
+    assert not problems, _report(problems)
+
+
+@pytest.fixture(scope="module")
+def snippet_index():
+    return checks.SnippetIndex.read(ROOT)
+
+
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=_ids(SNIPPETS))
+def test_snippet_is_shown_and_tested(snippet, snippet_index):
+    problems = checks.check_snippet(snippet_index, snippet)
+    assert not problems, _report(problems)
+
+
+def test_every_stored_output_has_its_snippet():
+    problems = [p for p in checks.snippet_problems(ROOT) if p.split(":")[0].endswith(".out")]
+    assert not problems, _report(problems)
+
+
+@pytest.fixture(scope="module")
+def bench_report():
+    return checks.benchmarks_report(ROOT)
+
+
+@pytest.mark.parametrize("name", [b.name for b in ALL])
+def test_benchmark_has_fresh_results(name, bench_report):
+    benchmark = next(b for b in bench_report["benchmarks"] if b["name"] == name)
+    problems = checks.check_benchmark(benchmark)
+    assert not problems, _report(problems)
+
+
+def test_every_results_file_has_a_benchmark(bench_report):
+    assert not bench_report["orphans"], _report(checks.results_problems(ROOT))
+
+
+def test_ruff_finds_nothing():
+    problems = checks.lint_problems(ROOT)
+    assert not problems, _report(problems)
+
+
+def test_issue_forms_follow_the_github_schema():
+    forms = sorted(p for p in (ROOT / ".github/ISSUE_TEMPLATE").glob("*.yml") if p.name != "config.yml")
+    assert {p.name for p in forms} >= {"error-in-the-book.yml", "chapter-proposal.yml"}
+    tool = str(Path(sys.executable).parent / "check-jsonschema")
+    for schema, files in [("vendor.github-issue-forms", forms),
+                          ("vendor.github-issue-config", [ROOT / ".github/ISSUE_TEMPLATE/config.yml"])]:
+        done = subprocess.run([tool, "--builtin-schema", schema, *map(str, files)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+# ---------------------------------------------------------------------------------------------------
+# The checks find what they should, in small repositories made for the purpose
+
+GOOD_CHAPTER = """\
+    # 9. A chapter
+
+    ## What you will learn
+
+    - Something.
+
+    ## Pitfalls and misconceptions
+
+    - A mistake.
+
+    ## Say it out loud
+
+    > The whole chapter in a few sentences.
+
+    ## Exercises
+
+    1. A question.
+
+    ??? success "Solutions"
+        1. An answer.
+
+    ## Recap
+
+    - Something.
+    """
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def _repo(tmp_path: Path, files: dict[str, str], nav: list[str] = ("chapters/09-a.md",)) -> Path:
+    mkdocs = "site_name: t\nnav:\n  - Home: index.md\n  - Part:\n" + "".join(f"      - {p}\n" for p in nav)
+    return _write(tmp_path, {"mkdocs.yml": mkdocs, "docs/index.md": "# Home\n", **files})
+
+
+def test_a_complete_chapter_passes(tmp_path):
+    root = _repo(tmp_path, {"docs/chapters/09-a.md": GOOD_CHAPTER})
+    assert checks.chapter_problems(root) == []
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (lambda t: t.replace("## Recap", "## Summary"), ['missing the standard section "## Recap"', "Fix: add it"]),
+        (lambda t: t.replace("## What you will learn", "## Goals").replace("## Recap", "## End"),
+         ['"## What you will learn", "## Recap"', "Fix: add them"]),
+        (lambda t: t.replace("## What you will learn", "## X").replace("## Pitfalls and misconceptions",
+                                                                      "## What you will learn")
+         .replace("## X", "## Pitfalls and misconceptions"), ["out of order", "Fix: put them in the order"]),
+        (lambda t: t.replace("> The whole", "The whole"), ["has no blockquote", '"> "']),
+        (lambda t: t.replace('??? success "Solutions"', "Solutions:"), ["has no solutions", "??? success"]),
+        (lambda t: t.replace("# 9. A chapter", "Intro text."), ["does not start with a title"]),
+    ],
+    ids=["missing-one", "missing-two", "out-of-order", "no-blockquote", "no-solutions", "no-title"],
+)
+def test_chapter_check_names_the_page_and_the_fix(tmp_path, edit, expected):
+    root = _repo(tmp_path, {"docs/chapters/09-a.md": edit(textwrap.dedent(GOOD_CHAPTER))})
+    problems = checks.chapter_problems(root)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("docs/chapters/09-a.md: ")
+    for text in expected:
+        assert text in problems[0]
+
+
+def test_a_heading_inside_a_code_block_does_not_count(tmp_path):
+    page = textwrap.dedent(GOOD_CHAPTER).replace("## Recap", "```text\n## Recap\n```")
+    root = _repo(tmp_path, {"docs/chapters/09-a.md": page})
+    assert any('"## Recap"' in p for p in checks.chapter_problems(root))
+
+
+def test_chapter_missing_from_the_nav(tmp_path):
+    root = _repo(tmp_path, {"docs/chapters/09-a.md": GOOD_CHAPTER}, nav=[])
+    [problem] = checks.chapter_problems(root)
+    assert problem.startswith("docs/chapters/09-a.md: not in the nav of mkdocs.yml") and "make chapter" in problem
+
+
+def test_include_check(tmp_path):
+    page = """\
+        ```python
+        --8<-- "kernels/k.py:kernel"
+        ```
+        --8<-- "kernels/k.py"
+        --8<-- 'kernels/gone.py'
+        --8<-- "kernels/k.py:wrapper"
+        --8<-- "kernels/k.py:half"
+        --8<-- "kernels/k.py:3:5"
+        ;--8<-- "kernels/escaped.py"
+        --8<--
+        kernels/k.py
+        kernels/also_gone.py
+        --8<--
+        """
+    kernel = """\
+        # --8<-- [start:kernel]
+        def kernel(): ...
+        # --8<-- [end:kernel]
+        # --8<-- [start:half]
+        """
+    root = _repo(tmp_path, {"docs/chapters/p.md": page, "kernels/k.py": kernel})
+    problems = checks.include_problems(root)
+    assert len(problems) == 5, "\n".join(problems)
+    gone, wrapper, half, lines, block = problems
+    assert gone.startswith("docs/chapters/p.md:5: ") and "kernels/gone.py does not exist" in gone
+    assert wrapper.startswith("docs/chapters/p.md:6: ") and 'no such section (sections: half, kernel)' in wrapper
+    assert "# --8<-- [start:wrapper]" in wrapper and "Fix:" in wrapper
+    assert half.startswith("docs/chapters/p.md:7: ") and "not closed" in half
+    assert lines.startswith("docs/chapters/p.md:8: ") and "by line numbers" in lines and '"kernels/k.py:NAME"' in lines
+    assert block.startswith("docs/chapters/p.md:12: ") and "kernels/also_gone.py does not exist" in block
+
+
+SHOWN = """\
+    ```python title="snippets/ch09/{name}.py"
+    --8<-- "snippets/ch09/{name}.py"
+    ```
+    ```text title="Output"
+    --8<-- "snippets/ch09/{name}.out"
+    ```
+    """
+
+
+def test_snippet_check(tmp_path):
+    root = _repo(tmp_path, {
+        "docs/chapters/09-a.md": SHOWN.format(name="good") + SHOWN.format(name="untested")
+        + '--8<-- "snippets/ch09/no_output_shown.py"\n' + '--8<-- "snippets/ch09/shown_helper.py"\n',
+        "snippets/ch09/good.py": "import helper\nimport shown_helper\nprint(helper.X)\n",
+        "snippets/ch09/good.out": "1\n",
+        "snippets/ch09/helper.py": "X = 1\n",  # imported by a sibling, not shown: needs nothing
+        "snippets/ch09/shown_helper.py": "Y = 2\n",  # imported and shown: needs a test
+        "snippets/ch09/untested.py": "print(2)\n",
+        "snippets/ch09/untested.out": "2\n",
+        "snippets/ch09/hidden.py": "print(3)\n",
+        "snippets/ch09/no_output_shown.py": "print(4)\n",
+        "snippets/ch09/no_output_shown.out": "4\n",
+        "snippets/ch09/orphan.out": "5\n",
+        "tests/test_ch09_snippets.py": 'CHECKED = ["snippets/ch09/good.py", "snippets/ch09/no_output_shown.py"]\n',
+    })
+    problems = checks.snippet_problems(root)
+    by_file = {}
+    for problem in problems:
+        by_file.setdefault(problem.split(":")[0], []).append(problem)
+    assert set(by_file) == {"snippets/ch09/untested.py", "snippets/ch09/hidden.py", "snippets/ch09/shown_helper.py",
+                            "snippets/ch09/no_output_shown.py", "snippets/ch09/orphan.out"}, "\n".join(problems)
+    [untested] = by_file["snippets/ch09/untested.py"]
+    assert "no test runs it" in untested and "tests/test_ch09_snippets.py" in untested
+    assert 'book.snippets.check("snippets/ch09/untested.py")' in untested
+    hidden = " ".join(by_file["snippets/ch09/hidden.py"])
+    assert "no page includes it" in hidden and "no test runs it" in hidden
+    assert "python -m book.snippets --write snippets/ch09/hidden.py" in hidden
+    assert "no test runs it" in by_file["snippets/ch09/shown_helper.py"][0]
+    assert "not its output" in by_file["snippets/ch09/no_output_shown.py"][0]
+    assert "does not exist" in by_file["snippets/ch09/orphan.out"][0]
+
+
+def _benchmark(**changes) -> dict:
+    benchmark = {"name": "toy", "chapter": "ch09", "module": "book/bench/toy.py",
+                 "sources": ["kernels/toy.py", "book/bench/toy.py"],
+                 "results": [{"path": "results/gpu-a/toy.json", "stale": [],
+                              "measured": ["book/bench/toy.py", "kernels/toy.py"]}]}
+    benchmark.update(changes)
+    return benchmark
+
+
+def test_benchmark_check_without_results():
+    [problem] = checks.check_benchmark(_benchmark(results=[]))
+    assert problem.startswith("book/bench/toy.py: benchmark toy (ch09) has no results file")
+    assert 'make refresh ONLY="ch09"' in problem
+
+
+def test_benchmark_check_with_stale_and_fresh_results():
+    assert checks.check_benchmark(_benchmark()) == []
+    stale = _benchmark()
+    stale["results"][0]["stale"] = ["kernels/toy.py"]
+    [problem] = checks.check_benchmark(stale)
+    assert problem.startswith("results/gpu-a/toy.json: stale") and "kernels/toy.py" in problem
+    grown = _benchmark(sources=["kernels/toy.py", "kernels/new.py", "book/bench/toy.py"])
+    [problem] = checks.check_benchmark(grown)
+    assert "kernels/new.py" in problem and "make refresh" in problem
+
+
+def test_results_check_in_a_copy_of_the_book(tmp_path):
+    """A changed kernel makes its results stale; a missing or unknown results file is reported."""
+    book = copy_book(tmp_path / "book")
+    measured = sorted((book / "results").glob("*/vector_add.json"))
+    if not measured:
+        pytest.skip("no vector_add results committed")
+    kernel = book / "kernels/vector_add.py"
+    kernel.write_text(kernel.read_text() + "\n# changed after the numbers were measured\n")
+    for path in (book / "results").glob("*/gpu_basics.json"):
+        path.unlink()
+    orphan = measured[0].with_name("retired_benchmark.json")
+    shutil.copy(measured[0], orphan)
+    problems = checks.results_problems(book)
+    stale = [p for p in problems if p.startswith(measured[0].relative_to(book).as_posix())]
+    assert stale and "kernels/vector_add.py" in stale[0] and 'make refresh ONLY="ch02"' in stale[0]
+    assert any(p.startswith("book/bench/gpu_basics.py: benchmark gpu_basics (ch01) has no results") for p in problems)
+    assert any(p.startswith(orphan.relative_to(book).as_posix() + ": no benchmark") for p in problems)
+
+
+def test_lint_check_names_file_line_and_rule(tmp_path):
+    root = _write(tmp_path, {"pyproject.toml": (ROOT / "pyproject.toml").read_text(),
+                             "book/bad.py": "import os\n"})
+    [problem] = checks.lint_problems(root)
+    assert problem.startswith("book/bad.py:1:") and "F401" in problem and "ruff check --fix" in problem
+
+
+def test_command_prints_every_problem_and_fails(tmp_path):
+    root = _repo(tmp_path, {"docs/chapters/09-a.md": "# 9. A chapter\n"})
+    done = subprocess.run([sys.executable, "-m", "book.checks", "--root", str(root), "--only", "chapters",
+                           "includes"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "chapters: 1 problem(s)" in done.stdout and "includes: ok" in done.stdout
+    assert "docs/chapters/09-a.md: missing the standard sections" in done.stdout
+    clean = _repo(tmp_path / "clean", {"docs/chapters/09-a.md": GOOD_CHAPTER})
+    done = subprocess.run([sys.executable, "-m", "book.checks", "--root", str(clean), "--only", "chapters"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+    json.dumps(done.stdout)  # plain text, no exception
