@@ -95,7 +95,9 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         filled = [(gpu, body.replace("{figures}", figures_dir)) for gpu, body in bodies]
         if len(filled) == 1:
             return filled[0][1]
-        return "\n\n".join(f'=== "{gpu}"\n\n' + textwrap.indent(body, "    ") for gpu, body in filled)
+        # `===!` starts a new tab set, so two views in a row do not merge into one set of tabs.
+        return "\n\n".join(f'==={"!" if i == 0 else ""} "{gpu}"\n\n' + textwrap.indent(body, "    ")
+                           for i, (gpu, body) in enumerate(filled))
 
     def figure(match: re.Match) -> str:
         name = match["function"].replace("_", " ")
