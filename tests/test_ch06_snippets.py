@@ -41,3 +41,12 @@ def test_exercise_empty_rows():
     assert fresh == stored
     assert "order [1, 0], guard False: NaN rows [0, 1, 2, 3], matches reference: False" in fresh
     assert "order [1, 0], guard  True: NaN rows [], matches reference: True" in fresh
+
+
+def test_run_causal():
+    stored, fresh = snippets.check("snippets/ch06/run_causal.py")
+    assert fresh == stored
+    assert fresh.count("top-left matches SDPA is_causal=True: True") == 3
+    assert fresh.count("bottom-right matches its float64 reference: True") == 3
+    assert "rows 0..59 bitwise unchanged: True | rows 60..99 changed: True" in fresh
+    assert "output all zero: True | lse -inf: True | any NaN: False" in fresh
