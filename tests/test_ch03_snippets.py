@@ -60,3 +60,22 @@ def test_exercise_accumulator():
     out = _check("exercise_accumulator")
     errors = {line.split()[0]: float(line.split()[-1]) for line in out.splitlines() if "running sum" in line}
     assert errors["float16"] > 1000 * errors["float32"]
+
+
+def test_figures_draw_what_the_snippets_print():
+    import matplotlib.figure
+
+    from book import ROOT
+    from book.figures import ch03
+
+    a, b = ch03.walkthrough_matrices()
+    walkthrough = (ROOT / "snippets/ch03/tiled_walkthrough.out").read_text()
+    assert f"A =\n{a}\nB =\n{b}\n" in walkthrough  # the tiling figure shows the walkthrough's matrices
+    order = (ROOT / "snippets/ch03/grouped_order.out").read_text()
+    grid = [[0] * 6 for _ in range(6)]
+    for pid in range(36):
+        i, j = ch03.grouped(pid, 6, 6, 3)
+        grid[i][j] = pid
+    assert " ".join(f"{p:2d}" for p in grid[3]) in order  # the same grouped numbering as the snippet
+    for draw in (ch03.tiling, ch03.grouped_order):
+        assert isinstance(draw(), matplotlib.figure.Figure)
