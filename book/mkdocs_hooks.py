@@ -12,6 +12,14 @@ A page can also draw a figure from code at build time (no GPU involved), for exa
 simulator; the function takes no arguments and returns a matplotlib figure:
 
     <!-- figure: book.figures.ch05:hbm_bytes -->
+
+A page can hold an interactive stepper (docs/javascripts/stepper.js), with optional data attributes:
+
+    <!-- stepper: flash-attention -->
+    <!-- stepper: online-softmax block=2 -->
+
+A chapter page with a companion notebook (docs/notebooks/chNN_*.ipynb, made from notebooks/chNN_*.py)
+gets a link to it, and to the same notebook on Colab, at its end.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ log = logging.getLogger("mkdocs.plugins.book")
 
 MARKER = re.compile(r"^<!-- results: (?P<benchmark>\w+) (?P<view>[\w-]+) -->$", re.MULTILINE)
 FIGURE = re.compile(r"^<!-- figure: (?P<module>[\w.]+):(?P<function>\w+) -->$", re.MULTILINE)
+STEPPER = re.compile(r"^<!-- stepper: (?P<name>[\w-]+)(?P<options>(?: [\w-]+=[\w.,-]+)*) -->$", re.MULTILINE)
+CHAPTER = re.compile(r"^chapters/(?P<number>\d\d)-[\w-]+\.md$")
 
 # (benchmark, view) -> list of (gpu name, markdown body with a {figures} placeholder for the page's path)
 _rendered: dict[tuple[str, str], list[tuple[str, str]]] = {}
@@ -103,4 +113,31 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         name = match["function"].replace("_", " ")
         return f"![{name}]({figures_dir}/{_figure_uri(match).split('/', 1)[1]})"
 
-    return FIGURE.sub(figure, MARKER.sub(replace, markdown))
+    markdown = FIGURE.sub(figure, MARKER.sub(replace, markdown))
+    return _companion_notebook(STEPPER.sub(_stepper, markdown), page, config, files)
+
+
+def _stepper(match: re.Match) -> str:
+    """The container that docs/javascripts/stepper.js fills in; options become data attributes."""
+    options = "".join(f' data-{key}="{value}"' for key, value in
+                      (option.split("=", 1) for option in match["options"].split()))
+    return (f'<div class="fa-stepper" data-stepper="{match["name"]}"{options}>\n'
+            '<p class="fa-stepper__fallback"><em>This interactive stepper needs JavaScript.</em></p>\n</div>')
+
+
+def _companion_notebook(markdown: str, page, config, files) -> str:
+    """Append links to the chapter's notebook (rendered in the site, and on Colab) to a chapter page."""
+    chapter = CHAPTER.match(page.file.src_uri)
+    if not chapter:
+        return markdown
+    notebooks = sorted(f.src_uri for f in files if f.src_uri.startswith(f"notebooks/ch{chapter['number']}_")
+                       and f.src_uri.endswith(".ipynb"))
+    if not notebooks:
+        return markdown
+    uri = notebooks[0]
+    repo = (config.get("repo_url") or "").rstrip("/").removeprefix("https://github.com/")
+    colab = f"https://colab.research.google.com/github/{repo}/blob/main/docs/{uri}"
+    return markdown.rstrip() + (
+        '\n\n!!! example "Companion notebook"\n\n'
+        f"    Run this chapter's code yourself, top to bottom: [read the notebook here](../{uri}) "
+        f"(with its outputs and a download button), or [open it in Colab]({colab}).\n")
