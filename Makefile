@@ -1,10 +1,13 @@
 # Two commands do everything on a fresh machine:
 #   make serve   build the book and serve it on http://127.0.0.1:8000 (rebuilds on edits)
 #   make test    lint, run every test, and build the site with --strict
-# On a GPU machine:
-#   make bench              run every benchmark and write results/<gpu>/<name>.json
-#   make bench ONLY="ch02"  only the benchmarks of the chapters named
-#   make test-gpu           the GPU tests
+# Writing the book (CONTRIBUTING.md):
+#   make chapter NAME="08-backward" TITLE="The backward pass"   start a chapter from templates/
+#   make check                                                  list what every chapter still misses
+# On a GPU machine (maintainers; CONTRIBUTING.md, "After review: the GPU workflow"):
+#   make refresh               GPU tests, every benchmark, then the site built from the fresh numbers
+#   make refresh ONLY="ch03 ch05"   the same, benchmarking only the chapters (or benchmarks) named
+#   make bench ONLY="ch02"     only the benchmarks; make test-gpu: only the GPU tests
 SHELL := /bin/bash
 export NO_MKDOCS_2_WARNING := 1
 VENV := .venv
@@ -13,8 +16,13 @@ STAMP := $(VENV)/.installed
 # The GPU machine brings its own torch and triton; use its python for GPU work.
 GPU_PY ?= python3
 PIP_EXTRA ?=
+# `make refresh` works in a virtual environment on top of GPU_PY: it sees the machine's GPU builds of torch
+# and triton, and adds the pinned tools to test, benchmark and build the site.
+GPU_VENV := .venv-gpu
+GPU_VENV_PY := $(GPU_VENV)/bin/python
+GPU_STAMP := $(GPU_VENV)/.installed
 
-.PHONY: setup serve build test test-gpu bench bench-gpu-all outputs lint clean
+.PHONY: setup serve build test check chapter test-gpu bench setup-gpu refresh outputs lint clean
 
 $(STAMP): requirements/cpu.txt requirements/docs.txt requirements/test.txt pyproject.toml
 	python3 -m venv $(VENV)
@@ -38,6 +46,12 @@ test: setup
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 
+check: setup
+	$(PY) -m book.checks
+
+chapter: setup
+	$(PY) -m book.new_chapter "$(NAME)" "$(TITLE)" $(if $(SECTION),--section "$(SECTION)",)
+
 outputs: setup
 	$(PY) -m book.snippets --write
 
@@ -46,6 +60,21 @@ test-gpu:
 
 bench:
 	$(GPU_PY) -m book.bench $(if $(ONLY),--only $(ONLY),)
+
+$(GPU_STAMP): requirements/docs.txt requirements/test.txt pyproject.toml
+	$(GPU_PY) -m venv --system-site-packages $(GPU_VENV)
+	$(GPU_VENV_PY) -m pip install -q --disable-pip-version-check -r requirements/docs.txt -r requirements/test.txt
+	$(GPU_VENV_PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	touch $(GPU_STAMP)
+
+setup-gpu: $(GPU_STAMP)
+
+refresh: setup-gpu
+	@$(GPU_VENV_PY) -c "import sys, torch; torch.cuda.is_available() or sys.exit('make refresh needs a CUDA GPU; \
+	without one the site uses the committed results (make build).')"
+	$(GPU_VENV_PY) -m pytest -q -m gpu tests
+	$(GPU_VENV_PY) -m book.bench $(if $(ONLY),--only $(ONLY),)
+	$(GPU_VENV_PY) -m mkdocs build --strict
 
 clean:
 	rm -rf site .pytest_cache .ruff_cache
