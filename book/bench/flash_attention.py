@@ -1,0 +1,254 @@
+"""Chapter 5: chapter 5's FlashAttention forward kernel against a plain torch attention and every SDPA
+backend that runs, measured in the same run; and peak memory of the plain attention vs the kernel as N grows.
+
+Speed rows (kind "speed"): fp16, B*N = 16384 tokens, H = 32 at D = 64 and H = 16 at D = 128, N from 1K to
+16K, non-causal and causal. FLOPs 4*B*H*N*N*D, halved for causal (softmax FLOPs not counted).
+Memory rows (kind "memory"): B = 1, H = 8, D = 64, fp16, N from 4K up, until the plain attention runs out
+of memory (recorded as None and naive_oom = True).
+"""
+
+from __future__ import annotations
+
+from book import render
+from book.bench.registry import Benchmark, Progress
+from book.bench.timing import gpu_ms_or_oom, tflops
+
+SPEED_SIZES = [1024, 2048, 4096, 8192, 16384]
+TOKENS = 16384
+HEADS = {64: 32, 128: 16}  # head dim -> heads
+MEMORY_SIZES = [4096, 8192, 16384, 32768, 65536, 131072]
+MEMORY_HEADS = 8
+TARGET_FROM = 2048
+TARGET_RATIO = 1.0  # ours / the FlashAttention-2 backend of SDPA
+BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION"}
+GiB = 2**30
+
+
+def naive_attention(q, k, v, causal: bool):
+    """The plain way: materialize the (B, H, N, N) scores and probabilities in HBM."""
+    import torch
+
+    s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    if causal:
+        n = q.shape[-2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def _sdpa(backend_name: str, q, k, v, causal: bool):
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, backend_name)
+
+    def fn():
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return fn
+
+
+def _time(fn) -> float | None:
+    """Median ms, None when out of memory or when the backend refuses these inputs."""
+    import torch
+
+    try:
+        fn()  # runs once first: compiles, autotunes, or raises if the backend cannot take the inputs
+        torch.cuda.synchronize()
+        return gpu_ms_or_oom(fn)
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return None
+    except RuntimeError as error:  # "No available kernel" from a pinned SDPA backend
+        if "out of memory" in str(error).lower():
+            torch.cuda.empty_cache()
+        return None
+
+
+def _peak_extra_bytes(fn) -> int | None:
+    """Peak memory allocated by fn beyond what was allocated before, or None when it runs out of memory."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    try:
+        result = fn()
+        torch.cuda.synchronize()
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return None
+    peak = torch.cuda.max_memory_allocated() - before
+    del result
+    torch.cuda.empty_cache()
+    return peak
+
+
+def _speed_row(d: int, n: int, causal: bool) -> dict:
+    import torch
+
+    from kernels.flash_attention import attention
+
+    b, h = TOKENS // n, HEADS[d]
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    ours = attention(q, k, v, causal=causal)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    err = ((ours.float() - expected.float()).norm() / expected.float().norm()).item()
+    assert err < 5e-3, f"kernel disagrees with SDPA at D={d} N={n} causal={causal}: relative error {err:.2e}"
+    del ours, expected
+    flops = 4 * b * h * n * n * d / (2 if causal else 1)
+    row = {"kind": "speed", "D": d, "N": n, "B": b, "H": h, "causal": causal, "rel_err_vs_sdpa": err}
+    timings = {"ours": _time(lambda: attention(q, k, v, causal=causal)),
+               "naive": _time(lambda: naive_attention(q, k, v, causal))}
+    for key, backend in BACKENDS.items():
+        timings[key] = _time(_sdpa(backend, q, k, v, causal))
+    for key, ms in timings.items():
+        row[f"{key}_ms"] = ms
+        row[f"{key}_TFLOPs"] = tflops(flops, ms)
+    return row
+
+
+def _memory_row(n: int) -> dict:
+    import torch
+
+    from kernels.flash_attention import attention
+
+    b, h, d = 1, MEMORY_HEADS, 64
+    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    inputs = 3 * q.numel() * q.element_size()
+    naive_peak = _peak_extra_bytes(lambda: naive_attention(q, k, v, False))
+    ours_peak = _peak_extra_bytes(lambda: attention(q, k, v))
+    return {"kind": "memory", "N": n, "B": b, "H": h, "D": d, "inputs_GiB": inputs / GiB,
+            "naive_oom": naive_peak is None,
+            "naive_peak_GiB": None if naive_peak is None else naive_peak / GiB,
+            "ours_peak_GiB": None if ours_peak is None else ours_peak / GiB,
+            "scores_GiB": b * h * n * n * 2 / GiB,  # one fp16 N x N matrix per head: what the plain way stores
+            "naive_ms": None if naive_peak is None else _time(lambda: naive_attention(q, k, v, False)),
+            "ours_ms": _time(lambda: attention(q, k, v))}
+
+
+def run(progress: Progress) -> list[dict]:
+    rows = []
+    for d in HEADS:
+        for causal in (False, True):
+            for n in SPEED_SIZES:
+                rows.append(_speed_row(d, n, causal))
+                r = rows[-1]
+                progress(f"D={d} N={n:>5} causal={causal!s:<5}: ours {_fmt(r['ours_TFLOPs'])}, "
+                         f"FA2 {_fmt(r['sdpa_flash_TFLOPs'])}, cuDNN {_fmt(r['sdpa_cudnn_TFLOPs'])}, "
+                         f"naive {_fmt(r['naive_TFLOPs'])} TFLOP/s")
+    stop = False
+    for n in MEMORY_SIZES:
+        if stop:
+            break
+        rows.append(_memory_row(n))
+        r = rows[-1]
+        stop = r["naive_oom"]
+        progress(f"memory N={n:>6}: naive {_fmt(r['naive_peak_GiB'])} GiB, ours {_fmt(r['ours_peak_GiB'])} GiB")
+    return rows
+
+
+def _fmt(value: float | None) -> str:
+    return "OOM/n.a." if value is None else f"{value:.3g}"
+
+
+# ---- views ----
+
+LABELS = {"ours": "Triton (this chapter)", "sdpa_flash": "SDPA: FlashAttention-2", "sdpa_cudnn": "SDPA: cuDNN",
+          "sdpa_efficient": "SDPA: memory-efficient", "naive": "plain torch (materializes N×N)"}
+
+
+def _speed(result: dict, d: int | None = None, causal: bool | None = None) -> list[dict]:
+    return [r for r in result["rows"] if r.get("kind") == "speed" and (d is None or r["D"] == d)
+            and (causal is None or r["causal"] == causal)]
+
+
+def _memory(result: dict) -> list[dict]:
+    return [r for r in result["rows"] if r.get("kind") == "memory"]
+
+
+def tflops_plot(result: dict):
+    import matplotlib.pyplot as plt
+
+    panels = [(d, c) for d in sorted({r["D"] for r in _speed(result)}) for c in (False, True)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.8), sharey=True, squeeze=False)
+    for ax, (d, causal) in zip(axes[0], panels, strict=True):
+        rows = _speed(result, d, causal)
+        for i, (key, label) in enumerate(LABELS.items()):
+            points = [(r["N"], r[f"{key}_TFLOPs"]) for r in rows if r.get(f"{key}_TFLOPs") is not None]
+            if points:
+                ax.plot(*zip(*points, strict=True), marker="osD^v"[i], markersize=4, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"D = {d}, {'causal' if causal else 'non-causal'}", fontsize=9)
+        ax.set_xlabel("Sequence length N")
+    axes[0][0].set_ylabel("TFLOP/s (fp16, 4·B·H·N²·D, causal halved)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    return fig
+
+
+def _ratio(a: float | None, b: float | None) -> str | None:
+    return None if a is None or b is None else f"{a / b:.2f}×"
+
+
+def table(result: dict) -> str:
+    rows = [[r["D"], "yes" if r["causal"] else "no", f"{r['N']:,}", f"{r['B']}×{r['H']}", r["ours_TFLOPs"],
+             r["sdpa_flash_TFLOPs"], r["sdpa_cudnn_TFLOPs"], r["sdpa_efficient_TFLOPs"], r["naive_TFLOPs"],
+             _ratio(r["ours_TFLOPs"], r["sdpa_flash_TFLOPs"]), _ratio(r["ours_TFLOPs"], r["sdpa_cudnn_TFLOPs"])]
+            for r in _speed(result)]
+    return render.table(["D", "Causal", "N", "B×H", "Ours TFLOP/s", "SDPA FA2", "SDPA cuDNN", "SDPA mem-eff",
+                         "Plain torch", "Ours / FA2", "Ours / cuDNN"], rows)
+
+
+def target(result: dict) -> str:
+    rows = [r for r in _speed(result) if r["N"] >= TARGET_FROM]
+    pairs = [(r, r["ours_TFLOPs"] / r["sdpa_flash_TFLOPs"]) for r in rows
+             if r["ours_TFLOPs"] is not None and r["sdpa_flash_TFLOPs"] is not None]
+    if not pairs:
+        return ('!!! warning "Target not checked"\n\n'
+                "    The FlashAttention-2 backend of SDPA did not run on this GPU, so there is nothing to compare.\n")
+    worst_row, worst = min(pairs, key=lambda p: p[1])
+    best = max(ratio for _, ratio in pairs)
+    met = worst >= TARGET_RATIO
+    kind, verdict = ("success", "Target met") if met else ("failure", "Target not met")
+    return (
+        f'!!! {kind} "{verdict}: at least {TARGET_RATIO:.1f}× the FlashAttention-2 backend of SDPA from '
+        f'N = {TARGET_FROM:,} up"\n\n'
+        f"    Over {len(pairs)} shapes (D = 64 and 128, causal and not, N = {TARGET_FROM:,} to "
+        f"{max(r['N'] for r, _ in pairs):,}) the kernel reaches {worst:.2f}× to {best:.2f}× the FlashAttention-2 "
+        f"backend's TFLOP/s, measured in the same run. The lowest ratio is at D = {worst_row['D']}, "
+        f"N = {worst_row['N']:,}, {'causal' if worst_row['causal'] else 'non-causal'} "
+        f"({worst_row['ours_TFLOPs']:.0f} vs {worst_row['sdpa_flash_TFLOPs']:.0f} TFLOP/s).\n"
+    )
+
+
+def memory_plot(result: dict):
+    rows = _memory(result)
+    xs = [r["N"] for r in rows]
+    return render.line_plot(
+        {"plain torch attention": (xs, [r["naive_peak_GiB"] for r in rows]),
+         "Triton FlashAttention (this chapter)": (xs, [r["ours_peak_GiB"] for r in rows]),
+         "one fp16 N×N score matrix per head": (xs, [r["scores_GiB"] for r in rows])},
+        xlabel="Sequence length N (B = 1, H = 8, D = 64, fp16)", ylabel="Peak extra GPU memory (GiB)",
+        title="Memory beyond the inputs: plain attention vs FlashAttention", logy=True,
+    )
+
+
+def memory_table(result: dict) -> str:
+    rows = [[f"{r['N']:,}", "out of memory" if r["naive_oom"] else r["naive_peak_GiB"], r["ours_peak_GiB"],
+             r["scores_GiB"], r["naive_ms"], r["ours_ms"]] for r in _memory(result)]
+    return render.table(["N", "Plain torch peak GiB", "Ours peak GiB", "N×N fp16 scores GiB", "Plain torch ms",
+                         "Ours ms"], rows)
+
+
+BENCHMARK = Benchmark(
+    name="flash_attention",
+    chapter="ch05",
+    title="FlashAttention forward vs SDPA backends and plain attention",
+    sources=["kernels/flash_attention.py", "book/bench/flash_attention.py"],
+    run=run,
+    views={"tflops-plot": tflops_plot, "table": table, "target": target, "memory-plot": memory_plot,
+           "memory-table": memory_table},
+)
