@@ -307,7 +307,7 @@ def check_snippet(index: SnippetIndex, snippet: Path) -> list[str]:
         problems.append(f"{rel}: no page includes it. Fix: show it in its chapter with "
                         f'`--8<-- "{rel}"` in a ```python title="{rel}"``` block, its output `--8<-- "{out_rel}"` '
                         f"below; or delete it if no page needs it.")
-    tested = any(rel in text for text in index.tests.values())
+    tested = any(_references(text, rel) for text in index.tests.values())
     if not tested and (shown or not is_module):
         problems.append(f"{rel}: no test runs it. Fix: add a test to {test_file} that calls "
                         f'`book.snippets.check("{rel}")`, asserts the fresh output equals the stored one, '
@@ -320,6 +320,16 @@ def check_snippet(index: SnippetIndex, snippet: Path) -> list[str]:
             problems.append(f"{rel}: the page shows the code but not its output. Fix: add "
                             f'```text title="Output"``` with `--8<-- "{out_rel}"` under the code.')
     return problems
+
+
+def _references(test_text: str, snippet: str) -> bool:
+    """Whether a test file names a snippet: its whole path, or its folder and its name in quotes (for tests that
+    build the path, like `check(f"snippets/ch03/{name}.py")` with `name = "count_loads"`)."""
+    if snippet in test_text:
+        return True
+    folder, _, filename = snippet.rpartition("/")
+    stem = filename.removesuffix(".py")
+    return folder + "/" in test_text and (f'"{stem}"' in test_text or f"'{stem}'" in test_text)
 
 
 def snippet_problems(root: Path) -> list[str]:

@@ -239,7 +239,8 @@ def test_snippet_check(tmp_path):
         "snippets/ch09/no_output_shown.py": "print(4)\n",
         "snippets/ch09/no_output_shown.out": "4\n",
         "snippets/ch09/orphan.out": "5\n",
-        "tests/test_ch09_snippets.py": 'CHECKED = ["snippets/ch09/good.py", "snippets/ch09/no_output_shown.py"]\n',
+        "tests/test_ch09_snippets.py": 'CHECKED = ["snippets/ch09/good.py", "snippets/ch09/no_output_shown.py"]\n'
+                                       'check(f"snippets/ch09/{name}.py") for name in ["other_name"]\n',
     })
     problems = checks.snippet_problems(root)
     by_file = {}
@@ -256,6 +257,17 @@ def test_snippet_check(tmp_path):
     assert "no test runs it" in by_file["snippets/ch09/shown_helper.py"][0]
     assert "not its output" in by_file["snippets/ch09/no_output_shown.py"][0]
     assert "does not exist" in by_file["snippets/ch09/orphan.out"][0]
+
+
+def test_a_test_may_build_the_snippet_path_from_its_name(tmp_path):
+    root = _repo(tmp_path, {
+        "docs/chapters/09-a.md": SHOWN.format(name="count"),
+        "snippets/ch09/count.py": "print(1)\n",
+        "snippets/ch09/count.out": "1\n",
+        "tests/test_ch09_snippets.py": 'def _check(name):\n    return check(f"snippets/ch09/{name}.py")\n\n'
+                                       'def test_count():\n    _check("count")\n',
+    })
+    assert checks.snippet_problems(root) == []
 
 
 def _benchmark(**changes) -> dict:
