@@ -1,0 +1,305 @@
+"""Chapter 7: the book's fast FlashAttention forward for Hopper GPUs.
+
+The same algorithm as chapter 5's readable kernel (FlashAttention-2 loop order, online softmax in base 2),
+with the changes chapter 7 measured one at a time. Each change is a compile-time switch, so the benchmark
+can time every step of the worklog from one source:
+
+- SPLIT_DIAGONAL: causal attention runs the fully visible K/V tiles without any mask and only the tiles
+  on the diagonal with one (chapter 6).
+- USE_TMA: tiles of Q, K, V and O move through tensor descriptors, which Hopper's copy engine (TMA) serves.
+- LONGEST_FIRST: causal programs with the most tiles start first, so the last wave of the grid is short.
+- FUSED_SCALE: the softmax scale and the max subtraction become one fused multiply-add per score.
+- LAZY_RESCALE: the accumulator is rescaled only when a row's running max grows by more than 2^8.
+- OVERLAP: the unmasked loop starts the next tile's scores before the current tile's softmax.
+- WARP_SPECIALIZE: Triton splits the loop into producer (loads) and consumer (math) warps.
+Chapter 7's table says which of them paid off; BEST_FEATURES turns those on.
+
+The fast path needs fp16 or bf16, head dim 64 or 128, equal query and key lengths that are a multiple of
+128, and contiguous (batch, heads, seq, head_dim) tensors. Anything else goes to chapter 5's kernel, and
+`attention` says so with a FallbackWarning.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+import kernels
+from kernels import flash_attention as readable
+
+LOG2_E = 1.4426950408889634
+FAST_DTYPES = (torch.float16, torch.bfloat16)
+FAST_HEAD_DIMS = (64, 128)
+SEQ_MULTIPLE = 128
+LAZY_THRESHOLD = 8.0  # in log2 units: skip the rescale while the max grew by less than 2^8
+
+
+class FallbackWarning(UserWarning):
+    """The inputs are outside the fast path; chapter 5's readable kernel computed the result instead."""
+
+
+# --8<-- [start:inner]
+@triton.jit
+def _load_tile(src, row, stride_row, offs_rows, offs_d, USE_TMA: tl.constexpr):
+    """One (rows, head_dim) tile starting at `row`: through the tensor descriptor, or with plain pointers."""
+    if USE_TMA:
+        tile = src.load([row, 0])
+    else:
+        tile = tl.load(src + (row + offs_rows)[:, None] * stride_row + offs_d[None, :])
+    return tile
+
+
+@triton.jit
+def _softmax_step(acc, m_i, l_i, s, qk_scale, FUSED_SCALE: tl.constexpr, LAZY_RESCALE: tl.constexpr):
+    """Fold one tile of raw scores s into the running max m_i, sum l_i and accumulator acc (base 2).
+
+    Returns the new acc (rescaled, not yet added to), m_i, l_i and the probabilities p of this tile.
+    """
+    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    if LAZY_RESCALE:
+        # Keep the old max unless some row grew by more than 2^8: p stays below 256, which fp32
+        # sums and fp16/bf16 tiles hold easily, and most tiles skip the rescale of acc and l.
+        if tl.max(m_new - m_i) > 8.0:
+            alpha = tl.math.exp2(m_i - m_new)
+            acc = acc * alpha[:, None]
+            l_i = l_i * alpha
+            m_i = m_new
+    else:
+        alpha = tl.math.exp2(m_i - m_new)
+        acc = acc * alpha[:, None]
+        l_i = l_i * alpha
+        m_i = m_new
+    if FUSED_SCALE:
+        p = tl.math.exp2(tl.math.fma(s, qk_scale, -m_i[:, None]))  # one fused multiply-add per score
+    else:
+        p = tl.math.exp2(s * qk_scale - m_i[:, None])
+    l_i += tl.sum(p, 1)
+    return acc, m_i, l_i, p
+
+
+@triton.jit
+def _kv_loop(acc, m_i, l_i, q, k_src, v_src, kv_row0, stride_kv, offs_m, offs_n, offs_d, lo, hi, qk_scale,
+             BLOCK_N: tl.constexpr, MASKED: tl.constexpr, USE_TMA: tl.constexpr, FUSED_SCALE: tl.constexpr,
+             LAZY_RESCALE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
+    """Fold the K/V tiles [lo, hi) into one Q tile's running max m_i, sum l_i and accumulator acc."""
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        k = _load_tile(k_src, kv_row0 + start_n, stride_kv, offs_n, offs_d, USE_TMA)
+        s = tl.dot(q, tl.trans(k))
+        if MASKED:  # only the diagonal tiles: hide keys after the query
+            s = tl.where(offs_m[:, None] >= (start_n + offs_n)[None, :], s, -float("inf"))
+        acc, m_i, l_i, p = _softmax_step(acc, m_i, l_i, s, qk_scale, FUSED_SCALE, LAZY_RESCALE)
+        v = _load_tile(v_src, kv_row0 + start_n, stride_kv, offs_n, offs_d, USE_TMA)
+        acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, m_i, l_i
+# --8<-- [end:inner]
+
+
+# --8<-- [start:overlap]
+@triton.jit
+def _kv_loop_overlapped(acc, m_i, l_i, q, k_src, v_src, kv_row0, stride_kv, offs_n, offs_d, lo, hi, qk_scale,
+                        BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr, FUSED_SCALE: tl.constexpr):
+    """The unmasked loop, software-pipelined by hand: the scores of the next tile are started on the tensor
+    cores before the softmax of the current tile runs, so the two can overlap. Needs hi - lo >= BLOCK_N."""
+    k = _load_tile(k_src, kv_row0 + lo, stride_kv, offs_n, offs_d, USE_TMA)
+    s = tl.dot(q, tl.trans(k))
+    for start_n in range(lo, hi, BLOCK_N):
+        # The last iteration recomputes its own tile instead of reading past hi: one wasted dot per loop.
+        next_n = tl.minimum(start_n + BLOCK_N, hi - BLOCK_N)
+        k = _load_tile(k_src, kv_row0 + next_n, stride_kv, offs_n, offs_d, USE_TMA)
+        s_next = tl.dot(q, tl.trans(k))
+        acc, m_i, l_i, p = _softmax_step(acc, m_i, l_i, s, qk_scale, FUSED_SCALE, False)
+        v = _load_tile(v_src, kv_row0 + start_n, stride_kv, offs_n, offs_d, USE_TMA)
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        s = s_next
+    return acc, m_i, l_i
+# --8<-- [end:overlap]
+
+
+# --8<-- [start:kernel]
+@triton.jit
+def _unmasked(acc, m_i, l_i, q, k_src, v_src, row0, stride_row, offs_m, offs_n, offs_d, lo, hi, qk_scale,
+              BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr, FUSED_SCALE: tl.constexpr,
+              LAZY_RESCALE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, OVERLAP: tl.constexpr):
+    """The K/V tiles that every query of the tile sees in full: no mask work at all."""
+    if OVERLAP:
+        if hi > lo:  # the overlapped loop needs at least one tile
+            acc, m_i, l_i = _kv_loop_overlapped(acc, m_i, l_i, q, k_src, v_src, row0, stride_row, offs_n, offs_d,
+                                                lo, hi, qk_scale, BLOCK_N, USE_TMA, FUSED_SCALE)
+    else:
+        acc, m_i, l_i = _kv_loop(acc, m_i, l_i, q, k_src, v_src, row0, stride_row, offs_m, offs_n, offs_d, lo, hi,
+                                 qk_scale, BLOCK_N, False, USE_TMA, FUSED_SCALE, LAZY_RESCALE, WARP_SPECIALIZE)
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _fast_fwd_kernel(q_src, k_src, v_src, o_src, lse_ptr, qk_scale, N, H, stride_row,
+                     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     CAUSAL: tl.constexpr, SPLIT_DIAGONAL: tl.constexpr, USE_TMA: tl.constexpr,
+                     LONGEST_FIRST: tl.constexpr, FUSED_SCALE: tl.constexpr, LAZY_RESCALE: tl.constexpr,
+                     WARP_SPECIALIZE: tl.constexpr, OVERLAP: tl.constexpr, STORE_LSE: tl.constexpr):
+    # One program per (Q tile, batch*head). The tensors are seen as 2-D (batch*heads*seq, head_dim).
+    pid_m = tl.program_id(0)
+    if CAUSAL and LONGEST_FIRST:
+        pid_m = tl.num_programs(0) - 1 - pid_m  # the last Q tiles see the most keys: start them first
+    row0 = tl.program_id(1) * N  # first row of this head in the 2-D view
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+
+    q = _load_tile(q_src, row0 + pid_m * BLOCK_M, stride_row, tl.arange(0, BLOCK_M), offs_d, USE_TMA)
+    m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+
+    if CAUSAL:
+        diagonal_start = pid_m * BLOCK_M  # keys from here on may come after some query of this tile
+        if SPLIT_DIAGONAL:
+            acc, m_i, l_i = _unmasked(acc, m_i, l_i, q, k_src, v_src, row0, stride_row, offs_m, offs_n, offs_d,
+                                      0, diagonal_start, qk_scale, BLOCK_N, USE_TMA, FUSED_SCALE, LAZY_RESCALE,
+                                      WARP_SPECIALIZE, OVERLAP)
+            acc, m_i, l_i = _kv_loop(acc, m_i, l_i, q, k_src, v_src, row0, stride_row, offs_m, offs_n, offs_d,
+                                     diagonal_start, diagonal_start + BLOCK_M, qk_scale, BLOCK_N, True, USE_TMA,
+                                     FUSED_SCALE, LAZY_RESCALE, WARP_SPECIALIZE)
+        else:  # every tile up to the diagonal pays for the mask
+            acc, m_i, l_i = _kv_loop(acc, m_i, l_i, q, k_src, v_src, row0, stride_row, offs_m, offs_n, offs_d,
+                                     0, diagonal_start + BLOCK_M, qk_scale, BLOCK_N, True, USE_TMA, FUSED_SCALE,
+                                     LAZY_RESCALE, WARP_SPECIALIZE)
+    else:
+        acc, m_i, l_i = _unmasked(acc, m_i, l_i, q, k_src, v_src, row0, stride_row, offs_m, offs_n, offs_d,
+                                  0, N, qk_scale, BLOCK_N, USE_TMA, FUSED_SCALE, LAZY_RESCALE, WARP_SPECIALIZE,
+                                  OVERLAP)
+
+    out = (acc / l_i[:, None]).to(q.dtype)
+    if USE_TMA:
+        o_src.store([row0 + pid_m * BLOCK_M, 0], out)
+    else:
+        tl.store(o_src + (row0 + offs_m)[:, None] * stride_row + offs_d[None, :], out)
+    if STORE_LSE:  # natural-log logsumexp per row, for a backward pass: (m + log2 l) / log2(e)
+        tl.store(lse_ptr + row0 + offs_m, (m_i + tl.math.log2(l_i)) / 1.4426950408889634)
+# --8<-- [end:kernel]
+
+
+# --8<-- [start:configs]
+def _set_block_shapes(nargs):
+    """Tensor descriptors carry their block shape; set it to the configuration being tried."""
+    if isinstance(nargs["q_src"], TensorDescriptor):
+        nargs["q_src"].block_shape = [nargs["BLOCK_M"], nargs["HEAD_DIM"]]
+        nargs["o_src"].block_shape = [nargs["BLOCK_M"], nargs["HEAD_DIM"]]
+        nargs["k_src"].block_shape = [nargs["BLOCK_N"], nargs["HEAD_DIM"]]
+        nargs["v_src"].block_shape = [nargs["BLOCK_N"], nargs["HEAD_DIM"]]
+
+
+def config(block_m: int, block_n: int, warps: int, stages: int) -> triton.Config:
+    return triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=warps, num_stages=stages,
+                         pre_hook=_set_block_shapes)
+
+
+# The shapes the H100 measurements kept: 128 or 64 query rows, 64 or 128 keys, 4 warps (one warp group),
+# two to four tiles in flight. Eight warps and 128 x 128 tiles at head dim 128 ran out of registers.
+CONFIGS = [config(128, 64, 4, 2), config(128, 64, 4, 3), config(128, 64, 4, 4), config(128, 128, 4, 3),
+           config(64, 64, 4, 3), config(64, 128, 4, 3), config(128, 128, 8, 3)]
+
+
+def _prune(configs, named_args, **kwargs):
+    meta = {**named_args, **kwargs}
+    if meta["HEAD_DIM"] == 128:  # 128 x 128 score tiles next to a 128 x 128 accumulator spill with 4 warps
+        configs = [c for c in configs if not (c.kwargs["BLOCK_N"] == 128 and c.num_warps == 4)]
+    if meta["CAUSAL"]:  # the causal split steps by BLOCK_N up to a multiple of BLOCK_M
+        configs = [c for c in configs if c.kwargs["BLOCK_M"] % c.kwargs["BLOCK_N"] == 0]
+    return configs
+
+
+_fast_fwd = triton.autotune(
+    configs=CONFIGS, key=["N", "HEAD_DIM", "CAUSAL", "USE_TMA", "FUSED_SCALE", "SPLIT_DIAGONAL", "OVERLAP"],
+    prune_configs_by={"early_config_prune": _prune},
+)(_fast_fwd_kernel)
+# --8<-- [end:configs]
+
+
+# The switches of the final kernel: every step of the worklog that paid off on the H100.
+BEST_FEATURES = {"SPLIT_DIAGONAL": True, "USE_TMA": True, "LONGEST_FIRST": True, "FUSED_SCALE": True,
+                 "LAZY_RESCALE": False, "WARP_SPECIALIZE": False, "OVERLAP": False}
+
+
+def fallback_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """Why these (valid) inputs cannot take the fast path, or None if they can."""
+    if kernels.interpreting():
+        return "the CPU interpreter (the fast path is compiled for Hopper GPUs)"
+    if torch.cuda.get_device_capability(q.device)[0] < 9:
+        return "a GPU older than Hopper (tensor descriptors need compute capability 9.0)"
+    if q.dtype not in FAST_DTYPES:
+        return f"dtype {str(q.dtype).removeprefix('torch.')} (the fast path takes float16 and bfloat16)"
+    if q.shape[-1] not in FAST_HEAD_DIMS:
+        return f"head dim {q.shape[-1]} (the fast path takes {' and '.join(map(str, FAST_HEAD_DIMS))})"
+    if q.shape[2] != k.shape[2]:
+        return f"query length {q.shape[2]} differs from key length {k.shape[2]}"
+    if q.shape[2] % SEQ_MULTIPLE:
+        return f"sequence length {q.shape[2]} is not a multiple of {SEQ_MULTIPLE}"
+    if not all(t.is_contiguous() for t in (q, k, v)):
+        return "non-contiguous inputs"
+    return None
+
+
+# --8<-- [start:wrapper]
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+              causal_alignment: str = "top-left", sm_scale: float | None = None, return_lse: bool = False,
+              config: triton.Config | None = None, **features: bool):
+    """softmax(q kᵀ · sm_scale) v, like chapter 5's attention(), on the fast path when it can.
+
+    Inputs the fast path does not cover go to chapter 5's kernel, with a FallbackWarning that says why.
+    `features` overrides BEST_FEATURES and `config` pins one tile shape (the worklog benchmark times
+    each step this way).
+    """
+    readable.validate_inputs(q, k, v)  # the same checks, and the same messages, as chapter 5
+    unknown = set(features) - set(BEST_FEATURES)
+    if unknown:
+        raise TypeError(f"unknown feature switches {sorted(unknown)}; known: {sorted(BEST_FEATURES)}")
+    reason = fallback_reason(q, k, v)
+    if reason is not None:
+        warnings.warn(f"fast attention: falling back to chapter 5's kernel: {reason}", FallbackWarning,
+                      stacklevel=2)
+        return readable.attention(q, k, v, causal=causal, causal_alignment=causal_alignment, sm_scale=sm_scale,
+                                  return_lse=return_lse)
+    if causal_alignment not in readable.ALIGNMENTS:
+        raise ValueError(f"causal_alignment must be one of {readable.ALIGNMENTS}, got {causal_alignment!r}")
+    # Equal query and key lengths here, so both causal alignments are the same mask.
+    batch, heads, seq, head_dim = q.shape
+    sm_scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+    switches = {**BEST_FEATURES, **features}
+    out = torch.empty_like(q)
+    lse = torch.empty((batch, heads, seq), device=q.device, dtype=torch.float32) if return_lse else out
+
+    rows = batch * heads * seq
+    tensors = [t.view(rows, head_dim) for t in (q, k, v, out)]
+    if switches["USE_TMA"]:
+        # Placeholder block shapes; _set_block_shapes puts in the real ones before each launch.
+        sources = [TensorDescriptor(t, [rows, head_dim], [head_dim, 1], [64, head_dim]) for t in tensors]
+    else:
+        sources = tensors
+
+    def grid(meta):
+        return (triton.cdiv(seq, meta["BLOCK_M"]), batch * heads)
+
+    args = (*sources, lse, sm_scale * LOG2_E, seq, heads, head_dim)
+    meta = dict(HEAD_DIM=head_dim, CAUSAL=bool(causal), STORE_LSE=return_lse, **switches)
+    if config is None:
+        _fast_fwd[grid](*args, **meta)
+    else:  # one fixed configuration, without the autotuner
+        if causal and config.kwargs["BLOCK_M"] % config.kwargs["BLOCK_N"]:
+            raise ValueError(f"causal attention needs BLOCK_M to be a multiple of BLOCK_N, got {describe(config)}")
+        nargs = dict(zip(_fast_fwd_kernel.arg_names, args, strict=False)) | meta | config.kwargs
+        _set_block_shapes(nargs)
+        _fast_fwd_kernel[grid(config.kwargs)](*args, **meta, **config.kwargs, num_warps=config.num_warps,
+                                              num_stages=config.num_stages)
+    return (out, lse) if return_lse else out
+# --8<-- [end:wrapper]
+
+
+def describe(cfg: triton.Config) -> str:
+    """'128x64, 4 warps, 2 stages': a configuration as the worklog table prints it."""
+    return f"{cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']}, {cfg.num_warps} warps, {cfg.num_stages} stages"

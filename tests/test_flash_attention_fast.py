@@ -1,0 +1,144 @@
+"""Chapter 7's fast kernel: correct on every benchmarked shape (GPU), and a tested fallback everywhere else."""
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from kernels import flash_attention as readable
+from kernels import flash_attention_fast as fast
+
+from .conftest import HAS_CUDA
+
+TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+def reference(q, k, v, causal):
+    """float64 attention, one head at a time so long sequences fit."""
+    out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            s = (q[b, h].double() @ k[b, h].double().T) * scale
+            if causal:
+                n_q, n_k = s.shape
+                visible = torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril()
+                s = s.masked_fill(~visible, float("-inf"))
+            out[b, h] = torch.softmax(s, dim=-1) @ v[b, h].double()
+    return out
+
+
+def rel_error(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def poisoned_call(fn, like):
+    """Run fn right after freeing a NaN-filled block of the output's size, so the caching allocator hands
+    the kernel poisoned memory: an element the kernel forgets to write stays NaN."""
+    torch.full_like(like, float("nan"))
+    return fn()
+
+
+def make_qkv(batch, heads, n, d, dtype, device, generator):
+    return [torch.randn(batch, heads, n, d, generator=generator, dtype=torch.float32).to(device, dtype)
+            for _ in range(3)]
+
+
+# --- everywhere: validation and the fallback ------------------------------------------------------------
+
+def test_bad_input_gets_chapter_5_message(device):
+    q = torch.randn(1, 2, 16, 64, device=device, dtype=torch.float16)
+    with pytest.raises(ValueError, match="head_dim must be between"):
+        fast.attention(q[..., :8], q[..., :8], q[..., :8])
+    with pytest.raises(TypeError, match="one dtype"):
+        fast.attention(q, q.float(), q)
+
+
+def test_unknown_switch_is_an_error(device):
+    q = torch.randn(1, 1, 16, 64, device=device, dtype=torch.float16)
+    with pytest.raises(TypeError, match="unknown feature switches"):
+        fast.attention(q, q, q, USE_TMAA=True)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fallback_says_why_and_is_correct(device, rng, causal):
+    # 40 tokens is no multiple of 128 (and on a CPU the interpreter is the reason): chapter 5's kernel runs.
+    q, k, v = make_qkv(1, 2, 40, 64, torch.float16, device, rng)
+    with pytest.warns(fast.FallbackWarning, match="falling back to chapter 5's kernel"):
+        out = fast.attention(q, k, v, causal=causal)
+    assert rel_error(out, reference(q, k, v, causal)) < TOLERANCE[torch.float16]
+
+
+def test_fallback_reason_names_the_interpreter():
+    if HAS_CUDA:
+        pytest.skip("the interpreter is only used without a GPU")
+    q = torch.randn(1, 1, 128, 64, dtype=torch.float16)
+    assert "interpreter" in fast.fallback_reason(q, q, q)
+
+
+# --- GPU: every benchmarked configuration and every worklog step ------------------------------------
+
+BENCH_SHAPES = [(n, d) for n in (1024, 2048, 4096, 8192, 16384) for d in (64, 128)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("n", "d"), BENCH_SHAPES)
+def test_fast_path_matches_float64(rng, n, d, causal, dtype):
+    heads = 32 if d == 64 else 16
+    batch = 16384 // n
+    q, k, v = make_qkv(batch, heads, n, d, dtype, "cuda", rng)
+    assert fast.fallback_reason(q, k, v) is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fast.FallbackWarning)  # this shape must take the fast path
+        out, lse = poisoned_call(lambda: fast.attention(q, k, v, causal=causal, return_lse=True), q)
+    assert not out.isnan().any(), "some output element was never written"
+    # Check two (batch, head) pairs against float64: the full reference at 16K tokens is slow.
+    for b, h in ((0, 0), (batch - 1, heads - 1)):
+        sl = (slice(b, b + 1), slice(h, h + 1))
+        ref = reference(q[sl], k[sl], v[sl], causal)
+        assert rel_error(out[sl], ref) < TOLERANCE[dtype]
+        s = (q[sl].double() @ k[sl].double().transpose(-1, -2)) / math.sqrt(d)
+        if causal:
+            s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool, device="cuda").tril(), float("-inf"))
+        torch.testing.assert_close(lse[sl].double(), torch.logsumexp(s, dim=-1), rtol=0, atol=1e-3)
+
+
+STEPS = [
+    {"SPLIT_DIAGONAL": False, "USE_TMA": False, "LONGEST_FIRST": False, "FUSED_SCALE": False},
+    {"USE_TMA": False},
+    {"LAZY_RESCALE": True},
+    {"OVERLAP": True},
+    {},
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("switches", STEPS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()) or "best")
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+def test_every_worklog_step_is_correct(rng, switches, causal, d):
+    q, k, v = make_qkv(2, 4, 1024, d, torch.float16, "cuda", rng)
+    q[0, 0, 5] *= 60.0  # a row with very large logits: the running max jumps, and must stay finite
+    ref = reference(q, k, v, causal)
+    for cfg in fast.CONFIGS:
+        if causal and cfg.kwargs["BLOCK_M"] % cfg.kwargs["BLOCK_N"]:
+            continue
+        out = poisoned_call(lambda cfg=cfg: fast.attention(q, k, v, causal=causal, config=cfg, **switches), q)
+        assert torch.isfinite(out).all(), fast.describe(cfg)
+        assert rel_error(out, ref) < TOLERANCE[torch.float16], fast.describe(cfg)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n_q", "n_k", "d", "dtype"), [(1000, 1000, 64, torch.float16), (384, 640, 128, torch.float16),
+                                                        (512, 512, 96, torch.bfloat16), (512, 512, 64, torch.float32)])
+def test_odd_inputs_fall_back_correctly(rng, n_q, n_k, d, dtype):
+    q = torch.randn(2, 3, n_q, d, generator=rng).to("cuda", dtype)
+    k, v = (torch.randn(2, 3, n_k, d, generator=rng).to("cuda", dtype) for _ in range(2))
+    with pytest.warns(fast.FallbackWarning):
+        out = fast.attention(q, k, v)
+    expected = readable.attention(q, k, v)
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    assert rel_error(out, reference(q, k, v, causal=False)) < TOLERANCE.get(dtype, 1e-5) * 2
