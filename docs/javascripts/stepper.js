@@ -12,7 +12,7 @@
 //     faStepper.flashAttention({Q, K, V, blockM, blockN, causal})
 //         -> {trace: [{q_block, k_block, kind, m, l, acc}], skipped: [[i, j]], O, S, scale}
 //     faStepper.exactAttention({Q, K, V, causal})          -> O computed directly
-//     faStepper.onlineSoftmax({x, v, block})               -> {trace: [{block, start, stop, m, l, acc}], p, out}
+//     faStepper.onlineSoftmax({x, V, block})               -> {trace: [{block, start, stop, m, l, acc}], p, out}
 (function () {
   "use strict";
 
@@ -141,33 +141,33 @@
     });
   }
 
-  // Online softmax over one row of logits x, a block of `block` entries at a time, with one value per
-  // entry so that the running weighted sum acc = Σ exp(x - m) v is the attention output in miniature.
-  function onlineSoftmax({ x, v, block }) {
+  // Online softmax over one row of logits x, a block of `block` entries at a time, with one row of V per
+  // entry so that the running acc = Σ exp(x - m) V is one attention output row in miniature.
+  function onlineSoftmax({ x, V, block }) {
     const trace = [];
+    const d = V[0].length;
     let m = -Infinity;
     let l = 0;
-    let acc = 0;
+    let acc = new Array(d).fill(0);
     for (let b = 0; b * block < x.length; b++) {
       const start = b * block;
       const stop = Math.min(start + block, x.length);
-      const tile = x.slice(start, stop);
-      const blockMax = Math.max(...tile);
+      const blockMax = Math.max(...x.slice(start, stop));
       const mNew = Math.max(m, blockMax);
-      const alpha = Math.exp(m - mNew);
+      const alpha = Math.exp(m - mNew); // exp(m_old - m_new): 0 on the first block, where m_old = -inf
       let sum = 0;
-      let weighted = 0;
+      const next = acc.map((a) => alpha * a);
       for (let k = start; k < stop; k++) {
         const p = Math.exp(x[k] - mNew);
         sum += p;
-        weighted += p * v[k];
+        for (let c = 0; c < d; c++) next[c] += p * V[k][c];
       }
       l = alpha * l + sum;
-      acc = alpha * acc + weighted;
+      acc = next;
       m = mNew;
-      trace.push({ block: b, start, stop, block_max: blockMax, alpha, m, l, acc });
+      trace.push({ block: b, start, stop, block_max: blockMax, alpha, m, l, acc: acc.slice() });
     }
-    return { trace, p: x.map((xi) => Math.exp(xi - m) / l), out: acc / l };
+    return { trace, p: x.map((xi) => Math.exp(xi - m) / l), out: acc.map((a) => a / l) };
   }
 
   function exactSoftmax(x) {
@@ -310,6 +310,8 @@
 
     function recompute() {
       params.row = Math.min(params.row, params.n - 1);
+      params.blockM = Math.min(params.blockM, params.n);
+      params.blockN = Math.min(params.blockN, params.n);
       state.data = inputs(params);
       state.result = flashAttention({ ...state.data, ...params });
       state.exact = exactAttention({ ...state.data, causal: params.causal });
@@ -488,51 +490,58 @@
 
   // ---------------------------------------------------------------- the online softmax stepper
 
+  // Chapter 4's worked example: one query's scores against 6 keys, and the 6 x 2 values.
+  const CHAPTER4 = {
+    x: [2, 4, 3, 7, 5, 1],
+    V: [[1, 0], [0, 1], [1, 1], [2, 1], [1, 2], [0, 3]],
+  };
+
   function mountOnlineSoftmax(root) {
-    const params = { seed: intData(root, "seed", 3), n: intData(root, "n", 6), block: intData(root, "block", 2) };
-    const fixed = root.dataset.logits ? root.dataset.logits.split(",").map(Number) : null;
+    const params = { source: root.dataset.source || "chapter", seed: intData(root, "seed", 3), n: intData(root, "n", 8), block: intData(root, "block", 3) };
     const state = { step: 0, total: () => state.result.trace.length };
 
     function recompute() {
-      if (fixed) {
-        state.x = fixed;
-        params.n = fixed.length;
+      if (params.source === "chapter") {
+        state.x = CHAPTER4.x;
+        state.V = CHAPTER4.V;
       } else {
         const rand = mulberry32(params.seed);
         state.x = Array.from({ length: params.n }, () => Math.round((rand() * 8 - 4) * 10) / 10 + 0);
+        state.V = matrix(rand, params.n, 2);
       }
-      const rand = mulberry32(params.seed + 1000);
-      state.v = Array.from({ length: params.n }, () => Math.round((rand() * 4 - 2) * 10) / 10 + 0);
-      state.result = onlineSoftmax({ x: state.x, v: state.v, block: params.block });
+      params.block = Math.min(params.block, state.x.length);
+      state.result = onlineSoftmax({ x: state.x, V: state.V, block: params.block });
       state.step = Math.min(state.step, state.total());
     }
 
     const status = el("p", { class: "fa-stepper__status", role: "status", "aria-live": "polite" });
     const controls = transport(root, state, render);
     const form = el("div", { class: "fa-stepper__controls" });
-    const strip = el("div", { class: "fa-stepper__scroll", tabindex: "0", "aria-label": "Logits and values, scroll sideways" });
+    const strip = el("div", { class: "fa-stepper__scroll", tabindex: "0", "aria-label": "Logits and values, scrolls sideways" });
     const steps = el("div", { class: "fa-stepper__state" });
     const final = el("div", { class: "fa-stepper__final" });
 
-    function changed(name) {
+    function changed(name, parse) {
       return (event) => {
-        const value = parseInt(event.target.value, 10);
-        if (!Number.isFinite(value)) return;
+        const value = parse(event.target.value);
+        if (value === null || (typeof value === "number" && !Number.isFinite(value))) return;
         params[name] = value;
         controls.stop();
         state.step = 0;
         build();
       };
     }
+    const asInt = (value) => parseInt(value, 10);
 
     function build() {
       recompute();
-      const fields = [];
-      if (!fixed) {
-        fields.push(numberInput("Seed", "seed", params.seed, 0, 99999, changed("seed")));
-        fields.push(select("Length", "n", [6, 8, 12], params.n, changed("n")));
+      const n = state.x.length;
+      const fields = [select("Inputs", "source", [["chapter", "chapter 4 example"], ["random", "random (seeded)"]], params.source, changed("source", String))];
+      if (params.source !== "chapter") {
+        fields.push(numberInput("Seed", "seed", params.seed, 0, 99999, changed("seed", asInt)));
+        fields.push(select("Length", "n", [6, 8, 12], params.n, changed("n", asInt)));
       }
-      fields.push(select("Block", "block", [1, 2, 3, 4, 6].filter((b) => b <= params.n), params.block, changed("block")));
+      fields.push(select("Block", "block", [1, 2, 3, 4, 6].filter((b) => b <= n), params.block, changed("block", asInt)));
       form.replaceChildren(...fields);
       render();
     }
@@ -540,10 +549,11 @@
     function render() {
       const { trace } = state.result;
       const total = state.total();
+      const d = state.V[0].length;
       const now = state.step > 0 ? trace[state.step - 1] : null;
       status.textContent = now
         ? `Step ${state.step} of ${total}: block ${now.block} (entries ${now.start}\u2013${now.stop - 1}).`
-        : `Step 0 of ${total}: m = \u2212\u221e, l = 0. Press Step or the right arrow key.`;
+        : `Step 0 of ${total}: m = \u2212\u221e, l = 0, acc = 0. Press Step or the right arrow key.`;
       root.dataset.step = String(state.step);
       root.dataset.total = String(total);
       const cellClass = (k) => {
@@ -556,33 +566,31 @@
       };
       const line = (name, values) =>
         el("div", { class: "fa-row", role: "row" }, [el("div", { class: "fa-cell fa-cell--head", role: "rowheader", text: name })].concat(values.map((x, k) => el("div", { class: cellClass(k), role: "gridcell", text: fmt(x, 1) }))));
-      const grid = el("div", { class: "fa-stepper__grid", role: "grid", "aria-readonly": "true", "aria-label": `Logits x and values v, in blocks of ${params.block}` }, [
-        el("div", { class: "fa-row", role: "row" }, [el("div", { class: "fa-cell fa-cell--corner", role: "columnheader", text: "" })].concat(state.x.map((_, k) => el("div", { class: "fa-cell fa-cell--head", role: "columnheader", text: String(k) })))),
-        line("x", state.x),
-        line("v", state.v),
-      ]);
+      const rows = [el("div", { class: "fa-row", role: "row" }, [el("div", { class: "fa-cell fa-cell--corner", role: "columnheader", text: "" })].concat(state.x.map((_, k) => el("div", { class: "fa-cell fa-cell--head", role: "columnheader", text: String(k) }))))];
+      rows.push(line("x", state.x));
+      for (let c = 0; c < d; c++) rows.push(line(`V[:, ${c}]`, state.V.map((v) => v[c])));
+      const grid = el("div", { class: "fa-stepper__grid", role: "grid", "aria-readonly": "true", "aria-label": `Logits x and values V, in blocks of ${params.block}` }, rows);
       grid.style.setProperty("--fa-columns", state.x.length + 1);
       strip.replaceChildren(grid);
-      const body = trace.slice(0, state.step).map((t) => [`${t.block} (${t.start}\u2013${t.stop - 1})`, fmt(t.block_max, 4), fmt(t.alpha, 4), fmt(t.m, 4), fmt(t.l, 4), fmt(t.acc, 4)]);
+      const accHeader = Array.from({ length: d }, (_, c) => `acc[${c}]`);
+      const body = trace.slice(0, state.step).map((t) => [`${t.block} (${t.start}\u2013${t.stop - 1})`, fmt(t.block_max, 4), fmt(t.alpha, 4), fmt(t.m, 4), fmt(t.l, 4)].concat(t.acc.map((a) => fmt(a, 4))));
       steps.replaceChildren(
         body.length
-          ? table("After each block", ["block", "block max", "rescale e^(m_old \u2212 m)", "m", "l", "acc"], body)
-          : el("p", { class: "fa-stepper__note", text: "m: running max; l: running sum of exp(x \u2212 m); acc: running sum of exp(x \u2212 m) \u00b7 v." }),
+          ? table("After each block", ["block", "block max", "e^(m_old \u2212 m)", "m", "l"].concat(accHeader), body)
+          : el("p", { class: "fa-stepper__note", text: "m: running max; l: running sum of exp(x \u2212 m); acc: running sum of exp(x \u2212 m) \u00b7 V, not yet divided by l." }),
       );
       if (state.step < total) {
-        final.replaceChildren(el("p", { class: "fa-stepper__note", text: "After the last block: exp(x \u2212 m) / l beside the softmax computed in one pass." }));
+        final.replaceChildren(el("p", { class: "fa-stepper__note", text: "After the last block: exp(x \u2212 m) / l and acc / l beside the softmax computed in one pass." }));
         return;
       }
       const exact = exactSoftmax(state.x);
-      const ours = state.result.p.map((p) => fmt(p, 4));
-      const theirs = exact.map((p) => fmt(p, 4));
-      const outExact = exact.reduce((a, p, k) => a + p * state.v[k], 0);
-      const equal = ours.join() === theirs.join() && fmt(state.result.out, 4) === fmt(outExact, 4);
+      const exactOut = Array.from({ length: d }, (_, c) => exact.reduce((a, p, k) => a + p * state.V[k][c], 0));
+      const ours = state.result.p.map((p) => fmt(p, 4)).concat(state.result.out.map((o) => fmt(o, 4)));
+      const theirs = exact.map((p) => fmt(p, 4)).concat(exactOut.map((o) => fmt(o, 4)));
+      const equal = ours.join() === theirs.join();
+      const header = [""].concat(state.x.map((_, k) => `p${k}`), Array.from({ length: d }, (_, c) => `out[${c}]`));
       final.replaceChildren(
-        table("Softmax from the running m and l beside the softmax computed in one pass", ["", ...state.x.map((_, k) => String(k)), "\u03a3 p\u00b7v"], [
-          ["online", ...ours, fmt(state.result.out, 4)],
-          ["exact", ...theirs, fmt(outExact, 4)],
-        ]),
+        table("Softmax p and output acc / l from the running values, beside one-pass softmax(x) and softmax(x) V", header, [["online"].concat(ours), ["exact"].concat(theirs)]),
         el("p", { class: "fa-stepper__verdict", "data-equal": String(equal), text: equal ? "Equal to 4 decimals." : "Different at 4 decimals." }),
       );
     }
