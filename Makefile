@@ -69,9 +69,11 @@ $(GPU_STAMP): requirements/docs.txt requirements/test.txt pyproject.toml
 
 setup-gpu: $(GPU_STAMP)
 
-refresh: setup-gpu
-	@$(GPU_VENV_PY) -c "import sys, torch; torch.cuda.is_available() or sys.exit('make refresh needs a CUDA GPU; \
-	without one the site uses the committed results (make build).')"
+refresh:
+	@$(GPU_PY) -c "import importlib.util as u, sys; t = u.find_spec('torch') and __import__('torch'); \
+	t and t.cuda.is_available() or sys.exit('make refresh needs a CUDA GPU and torch in GPU_PY ($(GPU_PY)); \
+	without a GPU the site uses the committed results (make build).')"
+	$(MAKE) --no-print-directory setup-gpu
 	$(GPU_VENV_PY) -m pytest -q -m gpu tests
 	$(GPU_VENV_PY) -m book.bench $(if $(ONLY),--only $(ONLY),)
 	$(GPU_VENV_PY) -m mkdocs build --strict
