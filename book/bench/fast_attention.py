@@ -1,0 +1,145 @@
+"""Chapter 7: the fast kernel, chapter 5's readable kernel and every SDPA backend that runs, in one run.
+
+N from 1K to 16K, head dim 64 (32 heads) and 128 (16 heads), causal and non-causal, fp16 and bf16,
+16K tokens per batch. FLOPs 4*B*H*N*N*D, halved for causal. Each row records the ratio of the fast
+kernel to the fastest backend of that row.
+"""
+
+from __future__ import annotations
+
+from book import render
+from book.bench.flash_attention import BACKENDS, HEADS, TOKENS, _sdpa, _time
+from book.bench.registry import Benchmark, Progress
+from book.bench.timing import tflops
+
+SIZES = [1024, 2048, 4096, 8192, 16384]
+DTYPES = ["float16", "bfloat16"]
+TARGET_FROM = 2048
+TARGET_RATIO = 1.0  # fast kernel / fastest SDPA backend, N >= TARGET_FROM
+FLOOR_RATIO = 0.9  # nowhere below this
+PEER_NAMES = {"sdpa_cudnn": "cuDNN", "sdpa_flash": "FlashAttention-2", "sdpa_efficient": "memory-efficient"}
+
+
+def run(progress: Progress) -> list[dict]:
+    rows = []
+    for dtype in DTYPES:
+        for d in (64, 128):
+            for causal in (False, True):
+                for n in SIZES:
+                    rows.append(_measure(dtype, d, causal, n))
+                    r = rows[-1]
+                    progress(f"{dtype} d={d} causal={causal} N={n}: fast {r['fast']:.0f}, "
+                             f"best peer {r['best_peer']} {r['best_peer_tflops']:.0f} TFLOP/s ({r['ratio']:.2f}x)")
+    return rows
+
+
+def _measure(dtype_name: str, d: int, causal: bool, n: int) -> dict:
+    import torch
+
+    from kernels import flash_attention as readable
+    from kernels import flash_attention_fast as fast
+
+    dtype = getattr(torch, dtype_name)
+    heads, batch = HEADS[d], TOKENS // n
+    q, k, v = (torch.randn(batch, heads, n, d, device="cuda", dtype=dtype) for _ in range(3))
+    assert fast.fallback_reason(q, k, v) is None, "the benchmark shapes must take the fast path"
+    expected = _sdpa("FLASH_ATTENTION", q, k, v, causal)()
+    for name, fn in (("fast", lambda: fast.attention(q, k, v, causal=causal)),
+                     ("readable", lambda: readable.attention(q, k, v, causal=causal))):
+        err = (fn().float() - expected.float()).abs().max().item()
+        assert err < 3e-2, f"{name} kernel is wrong at {dtype_name} d={d} causal={causal} N={n}: {err:.3g}"
+    flops = 4 * batch * heads * n * n * d * (0.5 if causal else 1.0)
+    row = {"dtype": dtype_name, "head_dim": d, "causal": causal, "N": n,
+           "fast": tflops(flops, _time(lambda: fast.attention(q, k, v, causal=causal))),
+           "readable": tflops(flops, _time(lambda: readable.attention(q, k, v, causal=causal)))}
+    for name, backend in BACKENDS.items():
+        row[name] = tflops(flops, _time(_sdpa(backend, q, k, v, causal)))
+    peers = {name: row[name] for name in BACKENDS if row[name] is not None}
+    row["best_peer"] = max(peers, key=peers.get)
+    row["best_peer_tflops"] = peers[row["best_peer"]]
+    row["ratio"] = row["fast"] / row["best_peer_tflops"]
+    return row
+
+
+# --- views -------------------------------------------------------------------------------------------------
+
+def _label(row: dict) -> str:
+    return f"{row['dtype']} D={row['head_dim']} {'causal' if row['causal'] else 'non-causal'}"
+
+
+def table(result: dict) -> str:
+    headers = ["dtype", "D", "causal", "N", "fast", "readable", "cuDNN", "FA2", "mem-eff.", "fastest", "fast / fastest"]
+    rows = [[r["dtype"], r["head_dim"], "yes" if r["causal"] else "no", r["N"], r["fast"], r["readable"],
+             r["sdpa_cudnn"], r["sdpa_flash"], r["sdpa_efficient"], PEER_NAMES[r["best_peer"]], f"{r['ratio']:.2f}×"]
+            for r in result["rows"]]
+    return render.table(headers, rows) + "\n\nTFLOP/s; — means the backend refused these inputs."
+
+
+def plot(result: dict):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 4.0), sharey=True)
+    for ax, d in zip(axes, (64, 128), strict=True):
+        for causal, style in ((False, "-"), (True, "--")):
+            rows = [r for r in result["rows"]
+                    if r["head_dim"] == d and r["causal"] == causal and r["dtype"] == "float16"]
+            xs = [r["N"] for r in rows]
+            for key, label in (("fast", "fast kernel"), ("sdpa_cudnn", "SDPA cuDNN"), ("sdpa_flash", "SDPA FA2"),
+                               ("readable", "chapter 5 kernel")):
+                pts = [(x, r[key]) for x, r in zip(xs, rows, strict=True) if r[key] is not None]
+                if pts:
+                    ax.plot(*zip(*pts, strict=True), style, marker="o", markersize=3,
+                            label=f"{label}{' (causal)' if causal else ''}")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("sequence length N")
+        ax.set_title(f"fp16, head dim {d}")
+    axes[0].set_ylabel("TFLOP/s")
+    axes[1].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def verdict(result: dict) -> str:
+    """The chapter's targets, checked against this run's rows."""
+    rows = result["rows"]
+    target_rows = [r for r in rows if r["N"] >= TARGET_FROM]
+    met = [r for r in target_rows if r["ratio"] >= TARGET_RATIO]
+    floor_miss = [r for r in rows if r["ratio"] < FLOOR_RATIO]
+    worst = min(rows, key=lambda r: r["ratio"])
+    best = max(rows, key=lambda r: r["ratio"])
+    lines = []
+    kind = "success" if len(met) == len(target_rows) else "warning"
+    lines.append(f'!!! {kind} "Target 1: at least {TARGET_RATIO:.1f}× the fastest backend at N ≥ {TARGET_FROM}"')
+    lines.append(f"    Met in {len(met)} of {len(target_rows)} rows.")
+    if len(met) < len(target_rows):
+        by_group: dict[str, list[float]] = {}
+        for r in target_rows:
+            by_group.setdefault(_label(r), []).append(r["ratio"])
+        gaps = "; ".join(f"{label}: {min(v):.2f}–{max(v):.2f}×" for label, v in by_group.items())
+        lines.append(f"    Ratio range per group at N ≥ {TARGET_FROM}: {gaps}.")
+    kind = "success" if not floor_miss else "warning"
+    lines.append("")
+    lines.append(f'!!! {kind} "Target 2: nowhere below {FLOOR_RATIO:.1f}× the fastest backend"')
+    lines.append(f"    {len(rows) - len(floor_miss)} of {len(rows)} rows are at or above {FLOOR_RATIO:.1f}×. "
+                 f"Lowest: {worst['ratio']:.2f}× ({_label(worst)}, N = {worst['N']}, against "
+                 f"{PEER_NAMES[worst['best_peer']]}); highest: {best['ratio']:.2f}× ({_label(best)}, N = {best['N']}).")
+    return "\n".join(lines)
+
+
+def against_fa2(result: dict) -> str:
+    """How the fast kernel compares with the FlashAttention-2 backend, which the earlier chapters aimed at."""
+    ratios = [r["fast"] / r["sdpa_flash"] for r in result["rows"] if r["sdpa_flash"]]
+    if not ratios:
+        return "The FlashAttention-2 backend did not run."
+    return (f"Against SDPA's FlashAttention-2 backend, the fast kernel is {min(ratios):.2f}× to {max(ratios):.2f}× "
+            f"across all {len(ratios)} rows.")
+
+
+BENCHMARK = Benchmark(
+    name="fast_attention",
+    chapter="ch07",
+    title="Chapter 7: the fast kernel against every SDPA backend",
+    sources=["kernels/flash_attention.py", "kernels/flash_attention_fast.py", "book/bench/fast_attention.py"],
+    run=run,
+    views={"table": table, "plot": plot, "verdict": verdict, "against-fa2": against_fa2},
+)

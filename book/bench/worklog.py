@@ -1,0 +1,238 @@
+"""Chapter 7's worklog: one change per step, from chapter 5's readable kernel to the fast kernel.
+
+Every step is timed in the same run, on the same inputs, next to the SDPA backends and a cuBLAS matmul,
+so each row can say what share of the fastest peer and of the matmul throughput it reaches. The
+prediction of each step was written down before the step was first measured; the page prints it next
+to the measured result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from book import render
+from book.bench.flash_attention import BACKENDS, HEADS, TOKENS, _sdpa, _time
+from book.bench.registry import Benchmark, Progress
+from book.bench.timing import gpu_ms, tflops
+
+N = 4096
+SHAPES = [(d, causal) for d in (64, 128) for causal in (False, True)]
+MATMUL_N = 8192
+
+
+@dataclass(frozen=True)
+class Step:
+    key: str
+    title: str
+    change: str
+    prediction: str
+    switches: dict[str, bool] | None = None  # None: chapter 5's readable kernel
+    pinned: tuple[int, int, int, int] | None = None  # (BLOCK_M, BLOCK_N, warps, stages); None: autotuned
+    kept: bool = True  # False: tried, measured, and left out of the final kernel
+    extra: dict = field(default_factory=dict)
+
+
+_OFF = {"SPLIT_DIAGONAL": False, "USE_TMA": False, "LONGEST_FIRST": False, "FUSED_SCALE": False,
+        "LAZY_RESCALE": False, "WARP_SPECIALIZE": False, "OVERLAP": False}
+_KEPT = {**_OFF, "SPLIT_DIAGONAL": True, "USE_TMA": True, "LONGEST_FIRST": True, "FUSED_SCALE": True}
+
+STEPS = [
+    Step("readable", "Chapter 5's kernel", "The readable kernel as chapter 5 ships it: masks on every load, "
+         "head dim padded to a power of two, its own autotuned tiles.",
+         "The starting point."),
+    Step("specialize", "Specialize the shapes", "A second kernel that takes only head dim 64 or 128 and lengths "
+         "that are a multiple of 128, so no load needs a mask; one fixed tile (128 x 64, 4 warps, 2 stages).",
+         "Small: masks cost a compare and a select per element loaded, next to a 64-wide dot product. "
+         "A few percent at most, maybe nothing.", _OFF, pinned=(128, 64, 4, 2)),
+    Step("autotune", "Autotune tiles, warps, stages", "Let Triton time seven tile shapes, warp counts and "
+         "pipeline depths per problem and keep the fastest.",
+         "Up to 10-20% on some shapes: the best tile depends on the head dim (registers) and on causal "
+         "(how many tiles are on the diagonal).", _OFF),
+    Step("split", "Split off the diagonal (causal)", "Causal only: the tiles left of the diagonal run with no "
+         "mask, only the diagonal tiles build one (chapter 6).",
+         "Causal gets faster by the share of time the mask took, perhaps 10-30%; non-causal unchanged.",
+         {**_OFF, "SPLIT_DIAGONAL": True}),
+    Step("tma", "Load tiles through TMA", "Tensor descriptors instead of pointer arithmetic: Hopper's copy engine "
+         "fetches whole tiles into shared memory, and no thread computes addresses.",
+         "5-10%, more at head dim 128 where tiles are larger: fewer instructions per loop and loads that no "
+         "longer compete with the softmax for issue slots.", {**_OFF, "SPLIT_DIAGONAL": True, "USE_TMA": True}),
+    Step("longest", "Longest programs first (causal)", "Causal only: launch the Q tiles with the most keys "
+         "first, so the grid does not end with a few long programs running alone.",
+         "Small, a few percent at short N where there are few waves; nothing at long N.",
+         {**_OFF, "SPLIT_DIAGONAL": True, "USE_TMA": True, "LONGEST_FIRST": True}),
+    Step("fused", "Scale and subtract in one FMA", "Compute 2^(s * scale - m) with one fused multiply-add per "
+         "score instead of a multiply and a subtract.",
+         "A few percent: the softmax is not the bottleneck of the tensor cores, but it is on the critical "
+         "path between the two matmuls of a tile.", _KEPT),
+    Step("lazy", "Lazy rescaling (tried)", "Rescale the accumulator only when some row's max grew by more than "
+         "2^8 (a trick from FlashAttention-4).",
+         "Fewer multiplies on the 128-wide accumulator, maybe 5%, if the branch is cheap.",
+         {**_KEPT, "LAZY_RESCALE": True}, kept=False),
+    Step("overlap", "Overlap QKᵀ with the softmax by hand (tried)", "Start the next tile's scores on the tensor "
+         "cores before the current tile's softmax, as FlashAttention-3 does between warp groups.",
+         "Up to 10-20% if the compiler keeps both score tiles in registers and lets the dot run async.",
+         {**_KEPT, "OVERLAP": True}, kept=False),
+    Step("warpspec", "Warp specialization (tried)", "tl.range(..., warp_specialize=True): producer warps load, "
+         "consumer warps compute.",
+         "The largest possible gain, 10-20%, if the compiler supports it for this loop on Hopper.",
+         {**_KEPT, "WARP_SPECIALIZE": True}, kept=False),
+]
+
+
+def run(progress: Progress) -> list[dict]:
+    import torch
+
+    rows = []
+    a, b = (torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=torch.float16) for _ in range(2))
+    matmul_tflops = tflops(2 * MATMUL_N**3, gpu_ms(lambda: a @ b))
+    progress(f"cuBLAS fp16 matmul {MATMUL_N}^3: {matmul_tflops:.0f} TFLOP/s")
+    for d, causal in SHAPES:
+        rows += _measure_shape(d, causal, matmul_tflops, progress)
+    return rows
+
+
+def _measure_shape(d: int, causal: bool, matmul_tflops: float, progress: Progress) -> list[dict]:
+    import torch
+
+    from kernels import flash_attention as readable
+    from kernels import flash_attention_fast as fast
+
+    heads, batch = HEADS[d], TOKENS // N
+    q, k, v = (torch.randn(batch, heads, N, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    flops = 4 * batch * heads * N * N * d * (0.5 if causal else 1.0)
+    expected = _sdpa("FLASH_ATTENTION", q, k, v, causal)()
+    peers = {name: tflops(flops, _time(_sdpa(backend, q, k, v, causal))) for name, backend in BACKENDS.items()}
+    best_peer = max((value for value in peers.values() if value is not None), default=None)
+    rows = []
+    for step in STEPS:
+        if step.switches is None:
+            fn = lambda: readable.attention(q, k, v, causal=causal)  # noqa: E731
+        else:
+            cfg = fast.config(*step.pinned) if step.pinned else None
+            fn = lambda step=step, cfg=cfg: fast.attention(q, k, v, causal=causal, config=cfg,  # noqa: E731
+                                                            **step.switches)
+        row = {"step": step.key, "head_dim": d, "causal": causal, "N": N, **peers, "matmul_tflops": matmul_tflops,
+               "tflops": None, "error": None}
+        try:
+            out = fn()
+            err = ((out.float() - expected.float()).abs().max()).item()
+            if not err < 2e-2:
+                raise AssertionError(f"wrong result: max abs difference {err:.3g} from SDPA")
+            row["tflops"] = tflops(flops, gpu_ms(fn))
+        except Exception as error:  # noqa: BLE001 - a step that does not compile is a result too
+            row["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
+        row["share_of_best_peer"] = None if row["tflops"] is None or not best_peer else row["tflops"] / best_peer
+        row["share_of_matmul"] = None if row["tflops"] is None else row["tflops"] / matmul_tflops
+        rows.append(row)
+        shown = f"{row['tflops']:.0f} TFLOP/s" if row["tflops"] else row["error"]
+        progress(f"d={d} causal={causal} {step.key:>10}: {shown}")
+    return rows
+
+
+# --- views -------------------------------------------------------------------------------------------------
+
+def _cell(row: dict) -> str:
+    if row["tflops"] is None:
+        return "did not run"
+    return f"{row['tflops']:.0f} ({row['share_of_best_peer']:.2f}×)"
+
+
+def _shape_label(d: int, causal: bool) -> str:
+    return f"D={d} {'causal' if causal else 'non-causal'}"
+
+
+def steps_table(result: dict) -> str:
+    """One row per step: TFLOP/s per shape with the share of the fastest SDPA backend, then the peers."""
+    by = {(r["step"], r["head_dim"], r["causal"]): r for r in result["rows"]}
+    headers = ["#", "step", *(_shape_label(d, c) for d, c in SHAPES)]
+    rows = []
+    for i, step in enumerate(STEPS):
+        label = step.title if step.kept else f"*{step.title}*"
+        rows.append([i, label, *(_cell(by[(step.key, d, c)]) if (step.key, d, c) in by else "—" for d, c in SHAPES)])
+    first = [r for r in result["rows"] if r["step"] == STEPS[0].key]
+    for name, key in (("SDPA cuDNN", "sdpa_cudnn"), ("SDPA FlashAttention-2", "sdpa_flash"),
+                      ("SDPA memory-efficient", "sdpa_efficient")):
+        cells = []
+        for d, c in SHAPES:
+            row = next((r for r in first if r["head_dim"] == d and r["causal"] == c), None)
+            cells.append("—" if row is None or row[key] is None else f"{row[key]:.0f}")
+        rows.append(["", name, *cells])
+    note = (f"\n\nTFLOP/s at N = {N}, fp16, {TOKENS} tokens per batch; in brackets the share of the fastest SDPA "
+            "backend measured in the same run. Steps in italics were tried and left out of the final kernel.")
+    return render.table(headers, rows) + note
+
+
+def matmul_share(result: dict) -> str:
+    """The kept kernel's share of the cuBLAS matmul throughput measured in the same run."""
+    rows = [r for r in result["rows"] if r["step"] == _last_kept().key and r["tflops"] is not None]
+    if not rows:
+        return "The final step did not run."
+    matmul = rows[0]["matmul_tflops"]
+    parts = [f"{_shape_label(r['head_dim'], r['causal'])}: {r['share_of_matmul']:.0%}" for r in rows]
+    return (f"cuBLAS reached {matmul:.0f} TFLOP/s on an fp16 {MATMUL_N}³ matmul in this run. The final kernel "
+            f"reaches this share of it: {', '.join(parts)}.")
+
+
+def step_deltas(result: dict) -> str:
+    """For each step, the measured change against the step before it (against the last kept step for
+    steps that were tried and dropped)."""
+    by = {(r["step"], r["head_dim"], r["causal"]): r for r in result["rows"]}
+    lines = []
+    base = STEPS[0]
+    for step in STEPS[1:]:
+        parts = []
+        for d, c in SHAPES:
+            now, before = by.get((step.key, d, c)), by.get((base.key, d, c))
+            if now is None or now["tflops"] is None:
+                parts.append(f"{_shape_label(d, c)}: did not run")
+            elif before is None or before["tflops"] is None:
+                parts.append(f"{_shape_label(d, c)}: {now['tflops']:.0f} TFLOP/s")
+            else:
+                parts.append(f"{_shape_label(d, c)} {now['tflops'] / before['tflops'] - 1:+.0%}")
+        errors = {by[(step.key, d, c)]["error"] for d, c in SHAPES if (step.key, d, c) in by} - {None}
+        why = f" Error: `{sorted(errors)[0]}`." if errors else ""
+        lines.append(f"- **{step.title}** (against *{base.title}*): {'; '.join(parts)}.{why}")
+        if step.kept:
+            base = step
+    return "\n".join(lines)
+
+
+def predictions(result: dict) -> str:
+    """Each step's change and the prediction written before it was measured."""
+    del result
+    return "\n".join(f"{i}. **{s.title}.** {s.change} *Prediction:* {s.prediction}" for i, s in enumerate(STEPS))
+
+
+def steps_plot(result: dict):
+    by = {(r["step"], r["head_dim"], r["causal"]): r for r in result["rows"]}
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    xs = list(range(len(STEPS)))
+    for d, c in SHAPES:
+        ys = [by.get((s.key, d, c), {}).get("tflops") for s in STEPS]
+        pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker="o", markersize=4, label=_shape_label(d, c))
+    ax.set_xticks(xs, [s.key for s in STEPS], rotation=30, ha="right")
+    ax.set_xlabel("worklog step")
+    ax.set_ylabel("TFLOP/s (fp16, N = 4096)")
+    ax.set_title("TFLOP/s after each step (dropped steps included)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _last_kept() -> Step:
+    return [s for s in STEPS if s.kept][-1]
+
+
+BENCHMARK = Benchmark(
+    name="worklog",
+    chapter="ch07",
+    title="Chapter 7 worklog: one change per step",
+    sources=["kernels/flash_attention.py", "kernels/flash_attention_fast.py", "book/bench/worklog.py"],
+    run=run,
+    views={"table": steps_table, "plot": steps_plot, "deltas": step_deltas, "predictions": predictions,
+           "matmul-share": matmul_share},
+)

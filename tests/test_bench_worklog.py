@@ -1,0 +1,64 @@
+"""Chapter 7's benchmark views, fed small fake results (no GPU needed)."""
+
+import itertools
+
+from book.bench import fast_attention, worklog
+from book.render import svg_bytes
+
+
+def fake_worklog():
+    rows = []
+    for i, step in enumerate(worklog.STEPS):
+        for d, causal in worklog.SHAPES:
+            broken = step.key == "warpspec"
+            t = None if broken else 300.0 + 10 * i
+            rows.append({"step": step.key, "head_dim": d, "causal": causal, "N": worklog.N, "sdpa_cudnn": 450.0,
+                         "sdpa_flash": 300.0, "sdpa_efficient": None, "matmul_tflops": 700.0, "tflops": t,
+                         "error": "RuntimeError: PassManager::run failed" if broken else None,
+                         "share_of_best_peer": None if broken else t / 450.0,
+                         "share_of_matmul": None if broken else t / 700.0})
+    return {"rows": rows}
+
+
+def test_worklog_views():
+    result = fake_worklog()
+    table = worklog.steps_table(result)
+    assert "Chapter 5's kernel" in table and "*Warp specialization (tried)*" in table
+    assert "did not run" in table and "(0.67×)" in table  # 300 / 450
+    deltas = worklog.step_deltas(result)
+    assert "PassManager::run failed" in deltas and "+3%" in deltas  # 310 / 300
+    assert "Prediction" in worklog.predictions(result)
+    assert svg_bytes(worklog.steps_plot(result)).startswith(b"<?xml")
+
+
+def test_worklog_matmul_share_uses_last_kept_step():
+    result = fake_worklog()
+    kept = [s for s in worklog.STEPS if s.kept][-1]
+    value = next(r for r in result["rows"] if r["step"] == kept.key)["share_of_matmul"]
+    assert f"{value:.0%}" in worklog.matmul_share(result)
+
+
+def fake_grid(ratio_low):
+    rows = []
+    for dtype, d, causal, n in itertools.product(fast_attention.DTYPES, (64, 128), (False, True), fast_attention.SIZES):
+        fast = 450.0 * (ratio_low if n == 1024 else 1.05)
+        rows.append({"dtype": dtype, "head_dim": d, "causal": causal, "N": n, "fast": fast, "readable": 400.0,
+                     "sdpa_cudnn": 450.0, "sdpa_flash": 300.0, "sdpa_efficient": None, "best_peer": "sdpa_cudnn",
+                     "best_peer_tflops": 450.0, "ratio": fast / 450.0})
+    return {"rows": rows}
+
+
+def test_grid_views_targets_met():
+    result = fake_grid(0.95)
+    text = fast_attention.verdict(result)
+    assert '!!! success "Target 1' in text and "Met in 32 of 32 rows" in text
+    assert '!!! success "Target 2' in text and "Lowest: 0.95×" in text
+    assert "| float16 | 64 | no | 1024 |" in fast_attention.table(result)
+    assert "1.43× to 1.57×" in fast_attention.against_fa2(result)
+    assert svg_bytes(fast_attention.plot(result)).startswith(b"<?xml")
+
+
+def test_grid_views_targets_missed():
+    result = fake_grid(0.5)
+    text = fast_attention.verdict(result)
+    assert '!!! warning "Target 2' in text and "32 of 40 rows" in text
