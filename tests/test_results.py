@@ -3,8 +3,10 @@
 import copy
 import json
 
-import jsonschema
 import pytest
+
+# The GPU machine runs only the `gpu` tests and may lack the docs and test extras; skip there, not fail.
+jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is installed by `make setup`")
 
 from book import RESULTS_DIR, results
 
