@@ -5,10 +5,10 @@ import json
 
 import pytest
 
+from book import RESULTS_DIR, results
+
 # The GPU machine runs only the `gpu` tests and may lack the docs and test extras; skip there, not fail.
 jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is installed by `make setup`")
-
-from book import RESULTS_DIR, results
 
 COMMITTED = sorted(RESULTS_DIR.glob("*/*.json"))
 
