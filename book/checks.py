@@ -354,9 +354,11 @@ from book.bench import ALL
 from book.provenance import stale_sources
 
 names = {b.name for b in ALL}
+defined_in = {module.BENCHMARK.name: module.__file__ for name, module in list(sys.modules.items())
+              if name.startswith("book.bench.") and hasattr(module, "BENCHMARK")}
 report = {"benchmarks": [], "orphans": []}
 for b in ALL:
-    module = sys.modules[b.run.__module__].__file__
+    module = defined_in.get(b.name) or sys.modules[b.run.__module__].__file__
     files = []
     for path in sorted((ROOT / "results").glob(f"*/{b.name}.json")):
         provenance = json.loads(path.read_text())["provenance"]
@@ -392,7 +394,7 @@ def check_benchmark(benchmark: dict) -> list[str]:
                f"merge) and commits the results file")
     if not benchmark["results"]:
         return [f"{module}: benchmark {name} ({chapter}) has no results file (results/<gpu>/{name}.json), so its "
-                f'page shows "No measurements yet". Fix: {refresh}.']
+                f'views show "No measurements yet" on the pages. Fix: {refresh}.']
     problems = []
     for result in benchmark["results"]:
         changed = list(result["stale"])
