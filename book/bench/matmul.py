@@ -38,10 +38,10 @@ def _measure(n: int, dtype_name: str) -> dict:
     c = matmul(a, b)  # the first call for a shape autotunes it
     config = describe(matmul_kernel.best_config)
     ref = a[:CHECK_ROWS].double() @ b.double()
-    errors = {}
-    for name, out in (("triton", c), ("torch", a @ b)):
-        errors[name] = ((out[:CHECK_ROWS].double() - ref).norm() / ref.norm()).item()
-        assert errors[name] < BOUNDS[dtype_name], f"{name} matmul {dtype_name} {n}: relative error {errors[name]:.2e}"
+    errors = {name: ((out[:CHECK_ROWS].double() - ref).norm() / ref.norm()).item()
+              for name, out in (("triton", c), ("torch", a @ b))}
+    # Only our kernel must pass before it is timed; cuBLAS's error is recorded beside it.
+    assert errors["triton"] < BOUNDS[dtype_name], f"Triton {dtype_name} {n}: relative error {errors['triton']:.2e}"
     triton_ms = gpu_ms(lambda: matmul(a, b))
     torch_ms = gpu_ms(lambda: torch.matmul(a, b))
     flops = 2 * n**3
