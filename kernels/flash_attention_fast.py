@@ -184,6 +184,11 @@ def _fast_fwd_kernel(q_src, k_src, v_src, o_src, lse_ptr, qk_scale, N, H, stride
 # --8<-- [end:kernel]
 
 
+# The switches of the final kernel: every step of the worklog that paid off on the H100.
+BEST_FEATURES = {"SPLIT_DIAGONAL": True, "USE_TMA": True, "LONGEST_FIRST": True, "FUSED_SCALE": True,
+                 "LAZY_RESCALE": False, "WARP_SPECIALIZE": False, "OVERLAP": False}
+
+
 # --8<-- [start:configs]
 def _set_block_shapes(nargs):
     """Tensor descriptors carry their block shape; set it to the configuration being tried."""
@@ -215,15 +220,10 @@ def _prune(configs, named_args, **kwargs):
 
 
 _fast_fwd = triton.autotune(
-    configs=CONFIGS, key=["N", "HEAD_DIM", "CAUSAL", "USE_TMA", "FUSED_SCALE", "SPLIT_DIAGONAL", "OVERLAP"],
+    configs=CONFIGS, key=["N", "HEAD_DIM", "CAUSAL", *BEST_FEATURES],
     prune_configs_by={"early_config_prune": _prune},
 )(_fast_fwd_kernel)
 # --8<-- [end:configs]
-
-
-# The switches of the final kernel: every step of the worklog that paid off on the H100.
-BEST_FEATURES = {"SPLIT_DIAGONAL": True, "USE_TMA": True, "LONGEST_FIRST": True, "FUSED_SCALE": True,
-                 "LAZY_RESCALE": False, "WARP_SPECIALIZE": False, "OVERLAP": False}
 
 
 def fallback_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:

@@ -18,6 +18,7 @@ from book.bench.timing import gpu_ms, tflops
 N = 4096
 SHAPES = [(d, causal) for d in (64, 128) for causal in (False, True)]
 MATMUL_N = 8192
+ROUNDS = 5  # each step is timed this many times, interleaved with the others
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,8 @@ def run(progress: Progress) -> list[dict]:
 
 
 def _measure_shape(d: int, causal: bool, matmul_tflops: float, progress: Progress) -> list[dict]:
+    import statistics
+
     import torch
 
     from kernels import flash_attention as readable
@@ -103,7 +106,9 @@ def _measure_shape(d: int, causal: bool, matmul_tflops: float, progress: Progres
     expected = _sdpa("FLASH_ATTENTION", q, k, v, causal)()
     peers = {name: tflops(flops, _time(_sdpa(backend, q, k, v, causal))) for name, backend in BACKENDS.items()}
     best_peer = max((value for value in peers.values() if value is not None), default=None)
-    rows = []
+
+    # First call of each step: compile, autotune, check the result. A step that fails is a result too.
+    fns, rows = {}, {}
     for step in STEPS:
         if step.switches is None:
             fn = lambda: readable.attention(q, k, v, causal=causal)  # noqa: E731
@@ -111,22 +116,30 @@ def _measure_shape(d: int, causal: bool, matmul_tflops: float, progress: Progres
             cfg = fast.config(*step.pinned) if step.pinned else None
             fn = lambda step=step, cfg=cfg: fast.attention(q, k, v, causal=causal, config=cfg,  # noqa: E731
                                                             **step.switches)
-        row = {"step": step.key, "head_dim": d, "causal": causal, "N": N, **peers, "matmul_tflops": matmul_tflops,
-               "tflops": None, "error": None}
+        rows[step.key] = {"step": step.key, "head_dim": d, "causal": causal, "N": N, **peers,
+                          "matmul_tflops": matmul_tflops, "tflops": None, "error": None}
         try:
-            out = fn()
-            err = ((out.float() - expected.float()).abs().max()).item()
+            err = ((fn().float() - expected.float()).abs().max()).item()
             if not err < 2e-2:
                 raise AssertionError(f"wrong result: max abs difference {err:.3g} from SDPA")
-            row["tflops"] = tflops(flops, gpu_ms(fn))
-        except Exception as error:  # noqa: BLE001 - a step that does not compile is a result too
-            row["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
+            fns[step.key] = fn
+        except Exception as error:  # noqa: BLE001
+            rows[step.key]["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
+    # Then time the steps round-robin, ROUNDS times, and keep each step's median: clock and temperature
+    # drift during the run then touches every step alike instead of favouring the ones timed first.
+    times: dict[str, list[float]] = {key: [] for key in fns}
+    for _ in range(ROUNDS):
+        for key, fn in fns.items():
+            times[key].append(gpu_ms(fn))
+    for step in STEPS:
+        row = rows[step.key]
+        if step.key in times:
+            row["tflops"] = tflops(flops, statistics.median(times[step.key]))
         row["share_of_best_peer"] = None if row["tflops"] is None or not best_peer else row["tflops"] / best_peer
         row["share_of_matmul"] = None if row["tflops"] is None else row["tflops"] / matmul_tflops
-        rows.append(row)
         shown = f"{row['tflops']:.0f} TFLOP/s" if row["tflops"] else row["error"]
         progress(f"d={d} causal={causal} {step.key:>10}: {shown}")
-    return rows
+    return list(rows.values())
 
 
 # --- views -------------------------------------------------------------------------------------------------
