@@ -100,7 +100,7 @@ def test_issue_forms_follow_the_github_schema():
 # The checks find what they should, in small repositories made for the purpose
 
 GOOD_CHAPTER = """\
-    # 9. A chapter
+    # 98. A chapter
 
     ## What you will learn
 
@@ -135,13 +135,13 @@ def _write(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-def _repo(tmp_path: Path, files: dict[str, str], nav: list[str] = ("chapters/09-a.md",)) -> Path:
+def _repo(tmp_path: Path, files: dict[str, str], nav: list[str] = ("chapters/98-a.md",)) -> Path:
     mkdocs = "site_name: t\nnav:\n  - Home: index.md\n  - Part:\n" + "".join(f"      - {p}\n" for p in nav)
     return _write(tmp_path, {"mkdocs.yml": mkdocs, "docs/index.md": "# Home\n", **files})
 
 
 def test_a_complete_chapter_passes(tmp_path):
-    root = _repo(tmp_path, {"docs/chapters/09-a.md": GOOD_CHAPTER})
+    root = _repo(tmp_path, {"docs/chapters/98-a.md": GOOD_CHAPTER})
     assert checks.chapter_problems(root) == []
 
 
@@ -156,29 +156,29 @@ def test_a_complete_chapter_passes(tmp_path):
          .replace("## X", "## Pitfalls and misconceptions"), ["out of order", "Fix: put them in the order"]),
         (lambda t: t.replace("> The whole", "The whole"), ["has no blockquote", '"> "']),
         (lambda t: t.replace('??? success "Solutions"', "Solutions:"), ["has no solutions", "??? success"]),
-        (lambda t: t.replace("# 9. A chapter", "Intro text."), ["does not start with a title"]),
+        (lambda t: t.replace("# 98. A chapter", "Intro text."), ["does not start with a title"]),
     ],
     ids=["missing-one", "missing-two", "out-of-order", "no-blockquote", "no-solutions", "no-title"],
 )
 def test_chapter_check_names_the_page_and_the_fix(tmp_path, edit, expected):
-    root = _repo(tmp_path, {"docs/chapters/09-a.md": edit(textwrap.dedent(GOOD_CHAPTER))})
+    root = _repo(tmp_path, {"docs/chapters/98-a.md": edit(textwrap.dedent(GOOD_CHAPTER))})
     problems = checks.chapter_problems(root)
     assert len(problems) == 1, problems
-    assert problems[0].startswith("docs/chapters/09-a.md: ")
+    assert problems[0].startswith("docs/chapters/98-a.md: ")
     for text in expected:
         assert text in problems[0]
 
 
 def test_a_heading_inside_a_code_block_does_not_count(tmp_path):
     page = textwrap.dedent(GOOD_CHAPTER).replace("## Recap", "```text\n## Recap\n```")
-    root = _repo(tmp_path, {"docs/chapters/09-a.md": page})
+    root = _repo(tmp_path, {"docs/chapters/98-a.md": page})
     assert any('"## Recap"' in p for p in checks.chapter_problems(root))
 
 
 def test_chapter_missing_from_the_nav(tmp_path):
-    root = _repo(tmp_path, {"docs/chapters/09-a.md": GOOD_CHAPTER}, nav=[])
+    root = _repo(tmp_path, {"docs/chapters/98-a.md": GOOD_CHAPTER}, nav=[])
     [problem] = checks.chapter_problems(root)
-    assert problem.startswith("docs/chapters/09-a.md: not in the nav of mkdocs.yml") and "make chapter" in problem
+    assert problem.startswith("docs/chapters/98-a.md: not in the nav of mkdocs.yml") and "make chapter" in problem
 
 
 def test_include_check(tmp_path):
@@ -216,62 +216,62 @@ def test_include_check(tmp_path):
 
 
 SHOWN = """\
-    ```python title="snippets/ch09/{name}.py"
-    --8<-- "snippets/ch09/{name}.py"
+    ```python title="snippets/ch98/{name}.py"
+    --8<-- "snippets/ch98/{name}.py"
     ```
     ```text title="Output"
-    --8<-- "snippets/ch09/{name}.out"
+    --8<-- "snippets/ch98/{name}.out"
     ```
     """
 
 
 def test_snippet_check(tmp_path):
     root = _repo(tmp_path, {
-        "docs/chapters/09-a.md": SHOWN.format(name="good") + SHOWN.format(name="untested")
-        + '--8<-- "snippets/ch09/no_output_shown.py"\n' + '--8<-- "snippets/ch09/shown_helper.py"\n',
-        "snippets/ch09/good.py": "import helper\nimport shown_helper\nprint(helper.X)\n",
-        "snippets/ch09/good.out": "1\n",
-        "snippets/ch09/helper.py": "X = 1\n",  # imported by a sibling, not shown: needs nothing
-        "snippets/ch09/shown_helper.py": "Y = 2\n",  # imported and shown: needs a test
-        "snippets/ch09/untested.py": "print(2)\n",
-        "snippets/ch09/untested.out": "2\n",
-        "snippets/ch09/hidden.py": "print(3)\n",
-        "snippets/ch09/no_output_shown.py": "print(4)\n",
-        "snippets/ch09/no_output_shown.out": "4\n",
-        "snippets/ch09/orphan.out": "5\n",
-        "tests/test_ch09_snippets.py": 'CHECKED = ["snippets/ch09/good.py", "snippets/ch09/no_output_shown.py"]\n'
-                                       'check(f"snippets/ch09/{name}.py") for name in ["other_name"]\n',
+        "docs/chapters/98-a.md": SHOWN.format(name="good") + SHOWN.format(name="untested")
+        + '--8<-- "snippets/ch98/no_output_shown.py"\n' + '--8<-- "snippets/ch98/shown_helper.py"\n',
+        "snippets/ch98/good.py": "import helper\nimport shown_helper\nprint(helper.X)\n",
+        "snippets/ch98/good.out": "1\n",
+        "snippets/ch98/helper.py": "X = 1\n",  # imported by a sibling, not shown: needs nothing
+        "snippets/ch98/shown_helper.py": "Y = 2\n",  # imported and shown: needs a test
+        "snippets/ch98/untested.py": "print(2)\n",
+        "snippets/ch98/untested.out": "2\n",
+        "snippets/ch98/hidden.py": "print(3)\n",
+        "snippets/ch98/no_output_shown.py": "print(4)\n",
+        "snippets/ch98/no_output_shown.out": "4\n",
+        "snippets/ch98/orphan.out": "5\n",
+        "tests/test_ch98_snippets.py": 'CHECKED = ["snippets/ch98/good.py", "snippets/ch98/no_output_shown.py"]\n'
+                                       'check(f"snippets/ch98/{name}.py") for name in ["other_name"]\n',
     })
     problems = checks.snippet_problems(root)
     by_file = {}
     for problem in problems:
         by_file.setdefault(problem.split(":")[0], []).append(problem)
-    assert set(by_file) == {"snippets/ch09/untested.py", "snippets/ch09/hidden.py", "snippets/ch09/shown_helper.py",
-                            "snippets/ch09/no_output_shown.py", "snippets/ch09/orphan.out"}, "\n".join(problems)
-    [untested] = by_file["snippets/ch09/untested.py"]
-    assert "no test runs it" in untested and "tests/test_ch09_snippets.py" in untested
-    assert 'book.snippets.check("snippets/ch09/untested.py")' in untested
-    hidden = " ".join(by_file["snippets/ch09/hidden.py"])
+    assert set(by_file) == {"snippets/ch98/untested.py", "snippets/ch98/hidden.py", "snippets/ch98/shown_helper.py",
+                            "snippets/ch98/no_output_shown.py", "snippets/ch98/orphan.out"}, "\n".join(problems)
+    [untested] = by_file["snippets/ch98/untested.py"]
+    assert "no test runs it" in untested and "tests/test_ch98_snippets.py" in untested
+    assert 'book.snippets.check("snippets/ch98/untested.py")' in untested
+    hidden = " ".join(by_file["snippets/ch98/hidden.py"])
     assert "no page includes it" in hidden and "no test runs it" in hidden
-    assert "python -m book.snippets --write snippets/ch09/hidden.py" in hidden
-    assert "no test runs it" in by_file["snippets/ch09/shown_helper.py"][0]
-    assert "not its output" in by_file["snippets/ch09/no_output_shown.py"][0]
-    assert "does not exist" in by_file["snippets/ch09/orphan.out"][0]
+    assert "python -m book.snippets --write snippets/ch98/hidden.py" in hidden
+    assert "no test runs it" in by_file["snippets/ch98/shown_helper.py"][0]
+    assert "not its output" in by_file["snippets/ch98/no_output_shown.py"][0]
+    assert "does not exist" in by_file["snippets/ch98/orphan.out"][0]
 
 
 def test_a_test_may_build_the_snippet_path_from_its_name(tmp_path):
     root = _repo(tmp_path, {
-        "docs/chapters/09-a.md": SHOWN.format(name="count"),
-        "snippets/ch09/count.py": "print(1)\n",
-        "snippets/ch09/count.out": "1\n",
-        "tests/test_ch09_snippets.py": 'def _check(name):\n    return check(f"snippets/ch09/{name}.py")\n\n'
+        "docs/chapters/98-a.md": SHOWN.format(name="count"),
+        "snippets/ch98/count.py": "print(1)\n",
+        "snippets/ch98/count.out": "1\n",
+        "tests/test_ch98_snippets.py": 'def _check(name):\n    return check(f"snippets/ch98/{name}.py")\n\n'
                                        'def test_count():\n    _check("count")\n',
     })
     assert checks.snippet_problems(root) == []
 
 
 def _benchmark(**changes) -> dict:
-    benchmark = {"name": "toy", "chapter": "ch09", "module": "book/bench/toy.py",
+    benchmark = {"name": "toy", "chapter": "ch98", "module": "book/bench/toy.py",
                  "sources": ["kernels/toy.py", "book/bench/toy.py"],
                  "results": [{"path": "results/gpu-a/toy.json", "stale": [],
                               "measured": ["book/bench/toy.py", "kernels/toy.py"]}]}
@@ -281,8 +281,8 @@ def _benchmark(**changes) -> dict:
 
 def test_benchmark_check_without_results():
     [problem] = checks.check_benchmark(_benchmark(results=[]))
-    assert problem.startswith("book/bench/toy.py: benchmark toy (ch09) has no results file")
-    assert 'make refresh ONLY="ch09"' in problem
+    assert problem.startswith("book/bench/toy.py: benchmark toy (ch98) has no results file")
+    assert 'make refresh ONLY="ch98"' in problem
 
 
 def test_benchmark_check_with_stale_and_fresh_results():
@@ -323,13 +323,13 @@ def test_lint_check_names_file_line_and_rule(tmp_path):
 
 
 def test_command_prints_every_problem_and_fails(tmp_path):
-    root = _repo(tmp_path, {"docs/chapters/09-a.md": "# 9. A chapter\n"})
+    root = _repo(tmp_path, {"docs/chapters/98-a.md": "# 98. A chapter\n"})
     done = subprocess.run([sys.executable, "-m", "book.checks", "--root", str(root), "--only", "chapters",
                            "includes"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 1
     assert "chapters: 1 problem(s)" in done.stdout and "includes: ok" in done.stdout
-    assert "docs/chapters/09-a.md: missing the standard sections" in done.stdout
-    clean = _repo(tmp_path / "clean", {"docs/chapters/09-a.md": GOOD_CHAPTER})
+    assert "docs/chapters/98-a.md: missing the standard sections" in done.stdout
+    clean = _repo(tmp_path / "clean", {"docs/chapters/98-a.md": GOOD_CHAPTER})
     done = subprocess.run([sys.executable, "-m", "book.checks", "--root", str(clean), "--only", "chapters"],
                           cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
