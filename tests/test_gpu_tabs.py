@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from book import RESULTS_DIR
+from book import RESULTS_DIR, render
 from tests.site import build, copy_book
 
 MEASURED = sorted(RESULTS_DIR.glob("*/vector_add.json"))
@@ -18,6 +18,8 @@ def test_a_second_gpu_gets_its_own_tab_in_every_view(tmp_path):
     result = json.loads(MEASURED[0].read_text())
     first_gpu = result["provenance"]["gpu"]
     result["provenance"].update(gpu="Test GPU Two", gpu_slug="test-gpu-two")
+    # ... measured on an older version of the kernel, so only its tabs warn.
+    result["provenance"]["sources"]["kernels/vector_add.py"] = "sha256:" + "0" * 64
     second = book / "results/test-gpu-two/vector_add.json"
     second.parent.mkdir()
     second.write_text(json.dumps(result))
@@ -35,6 +37,9 @@ def test_a_second_gpu_gets_its_own_tab_in_every_view(tmp_path):
     assert labels == [first_gpu, "Test GPU Two"] * len(views)
     assert html.count(f'class="provenance">Measured on {first_gpu}') == len(views)
     assert html.count('class="provenance">Measured on Test GPU Two') == len(views)
+    tabs = html.split('<div class="tabbed-block">')
+    assert html.count(render.STALE_TITLE) == len(views)
+    assert all(render.STALE_TITLE not in tab or "Test GPU Two" in tab for tab in tabs[1:])
     for slug in (result["provenance"]["gpu_slug"], json.loads(MEASURED[0].read_text())["provenance"]["gpu_slug"]):
         figures = re.findall(rf'src="(\.\./\.\./figures/vector_add-[\w-]+-{slug}\.svg)"', html)
         assert figures, f"no figure for {slug}"
