@@ -226,12 +226,9 @@ _fast_fwd = triton.autotune(
 # --8<-- [end:configs]
 
 
-def fallback_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
-    """Why these (valid) inputs cannot take the fast path, or None if they can."""
-    if kernels.interpreting():
-        return "the CPU interpreter (the fast path is compiled for Hopper GPUs)"
-    if torch.cuda.get_device_capability(q.device)[0] < 9:
-        return "a GPU older than Hopper (tensor descriptors need compute capability 9.0)"
+# --8<-- [start:rules]
+def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """Why these (valid) inputs' dtype, shapes or layout keep them off the fast path, or None."""
     if q.dtype not in FAST_DTYPES:
         return f"dtype {str(q.dtype).removeprefix('torch.')} (the fast path takes float16 and bfloat16)"
     if q.shape[-1] not in FAST_HEAD_DIMS:
@@ -243,6 +240,16 @@ def fallback_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | 
     if not all(t.is_contiguous() for t in (q, k, v)):
         return "non-contiguous inputs"
     return None
+
+
+def fallback_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """Why these (valid) inputs cannot take the fast path on this machine, or None if they can."""
+    if kernels.interpreting():
+        return "the CPU interpreter (the fast path is compiled for Hopper GPUs)"
+    if torch.cuda.get_device_capability(q.device)[0] < 9:
+        return "a GPU older than Hopper (tensor descriptors need compute capability 9.0)"
+    return shape_reason(q, k, v)
+# --8<-- [end:rules]
 
 
 # --8<-- [start:wrapper]
