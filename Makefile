@@ -3,7 +3,7 @@
 #   make test    lint, run every test, and build the site with --strict
 # Writing the book (CONTRIBUTING.md):
 #   make chapter NAME="08-backward" TITLE="The backward pass"   start a chapter from templates/
-#   make check                                                  list what every chapter still misses
+#   make check [GREP=ch08]                                      list what chapters still miss, with the fix
 # On a GPU machine (maintainers; CONTRIBUTING.md, "After review: the GPU workflow"):
 #   make refresh               GPU tests, every benchmark, then the site built from the fresh numbers
 #   make refresh ONLY="ch03 ch05"   the same, benchmarking only the chapters (or benchmarks) named
@@ -47,7 +47,7 @@ test: setup
 	$(PY) -m pytest
 
 check: setup
-	$(PY) -m book.checks
+	$(PY) -m book.checks $(if $(GREP),--grep "$(GREP)",)
 
 chapter: setup
 	$(PY) -m book.new_chapter "$(NAME)" "$(TITLE)" $(if $(SECTION),--section "$(SECTION)",)

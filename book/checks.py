@@ -400,8 +400,8 @@ def check_benchmark(benchmark: dict) -> list[str]:
         changed = list(result["stale"])
         changed += [source for source in benchmark["sources"] if source not in result["measured"]]
         if changed:
-            problems.append(f"{result['path']}: stale, measured before {', '.join(changed)} changed or joined the "
-                            f"benchmark's sources. Fix: {refresh}.")
+            problems.append(f"{result['path']}: stale results of {name} ({chapter}), measured before "
+                            f"{', '.join(changed)} changed or joined the benchmark's sources. Fix: {refresh}.")
     return problems
 
 
@@ -444,6 +444,16 @@ CHECKS: dict[str, Callable[[Path], list[str]]] = {
 }
 
 
+def mentions(problem: str, text: str) -> bool:
+    """Whether a problem is about `text`, judged by what it says is wrong (not by its fix). A chapter code such
+    as ch08 also matches the chapter's page, docs/chapters/08-*.md."""
+    statement = problem.split(" Fix: ")[0]
+    aliases = [text]
+    if re.fullmatch(r"ch\d\d", text):
+        aliases.append(f"chapters/{text[2:]}-")
+    return any(alias in statement for alias in aliases)
+
+
 def all_problems(root: Path, only: list[str] | None = None) -> dict[str, list[str]]:
     return {name: check(root) for name, check in CHECKS.items() if not only or name in only}
 
@@ -455,12 +465,13 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", type=Path, default=ROOT, help="the repository to check (default: this one)")
     parser.add_argument("--only", nargs="+", choices=list(CHECKS), help="run only these checks")
-    parser.add_argument("--grep", metavar="TEXT", help="show only problems that mention TEXT (e.g. ch08)")
+    parser.add_argument("--grep", metavar="TEXT",
+                        help="show only problems about TEXT, e.g. a file, or a chapter such as ch08")
     args = parser.parse_args(argv)
     total = 0
     for name, problems in all_problems(args.root.resolve(), args.only).items():
         if args.grep:
-            problems = [problem for problem in problems if args.grep in problem]
+            problems = [problem for problem in problems if mentions(problem, args.grep)]
         total += len(problems)
         print(f"{name}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
         for problem in problems:

@@ -290,7 +290,8 @@ def test_benchmark_check_with_stale_and_fresh_results():
     stale = _benchmark()
     stale["results"][0]["stale"] = ["kernels/toy.py"]
     [problem] = checks.check_benchmark(stale)
-    assert problem.startswith("results/gpu-a/toy.json: stale") and "kernels/toy.py" in problem
+    assert problem.startswith("results/gpu-a/toy.json: stale results of toy (ch98)") and "kernels/toy.py" in problem
+    assert checks.mentions(problem, "ch98") and not checks.mentions(problem, "refresh")
     grown = _benchmark(sources=["kernels/toy.py", "kernels/new.py", "book/bench/toy.py"])
     [problem] = checks.check_benchmark(grown)
     assert "kernels/new.py" in problem and "make refresh" in problem
@@ -320,6 +321,12 @@ def test_lint_check_names_file_line_and_rule(tmp_path):
                              "book/bad.py": "import os\n"})
     [problem] = checks.lint_problems(root)
     assert problem.startswith("book/bad.py:1:") and "F401" in problem and "ruff check --fix" in problem
+
+
+def test_problems_about_a_chapter():
+    page = 'docs/chapters/08-x.md: missing the standard section "## Recap". Fix: see tests/test_ch02_snippets.py.'
+    assert checks.mentions(page, "ch08") and checks.mentions(page, "08-x")
+    assert not checks.mentions(page, "ch02")  # named only in the fix
 
 
 def test_command_prints_every_problem_and_fails(tmp_path):
