@@ -108,7 +108,9 @@ def test_fast_path_matches_float64(rng, n, d, causal, dtype):
 
 STEPS = [
     {"SPLIT_DIAGONAL": False, "USE_TMA": False, "LONGEST_FIRST": False, "FUSED_SCALE": False},
+    {"SPLIT_DIAGONAL": True, "USE_TMA": False, "LONGEST_FIRST": False, "FUSED_SCALE": False},
     {"USE_TMA": False},
+    {"SPLIT_DIAGONAL": False},
     {"LAZY_RESCALE": True},
     {"OVERLAP": True},
     {},

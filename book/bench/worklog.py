@@ -42,17 +42,14 @@ STEPS = [
          "head dim padded to a power of two, its own autotuned tiles.",
          "The starting point."),
     Step("specialize", "Specialize the shapes", "A second kernel that takes only head dim 64 or 128 and lengths "
-         "that are a multiple of 128, so no load needs a mask; one fixed tile (128 x 64, 4 warps, 2 stages).",
+         "that are a multiple of 128, so no load needs a mask and the head dim needs no padding; same algorithm "
+         "(exp2, chapter 6's causal split), one fixed tile: 128 x 64, 4 warps, 2 stages.",
          "Small: masks cost a compare and a select per element loaded, next to a 64-wide dot product. "
-         "A few percent at most, maybe nothing.", _OFF, pinned=(128, 64, 4, 2)),
+         "A few percent at most, maybe nothing.", {**_OFF, "SPLIT_DIAGONAL": True}, pinned=(128, 64, 4, 2)),
     Step("autotune", "Autotune tiles, warps, stages", "Let Triton time seven tile shapes, warp counts and "
          "pipeline depths per problem and keep the fastest.",
          "Up to 10-20% on some shapes: the best tile depends on the head dim (registers) and on causal "
-         "(how many tiles are on the diagonal).", _OFF),
-    Step("split", "Split off the diagonal (causal)", "Causal only: the tiles left of the diagonal run with no "
-         "mask, only the diagonal tiles build one (chapter 6).",
-         "Causal gets faster by the share of time the mask took, perhaps 10-30%; non-causal unchanged.",
-         {**_OFF, "SPLIT_DIAGONAL": True}),
+         "(how many tiles are on the diagonal).", {**_OFF, "SPLIT_DIAGONAL": True}),
     Step("tma", "Load tiles through TMA", "Tensor descriptors instead of pointer arithmetic: Hopper's copy engine "
          "fetches whole tiles into shared memory, and no thread computes addresses.",
          "5-10%, more at head dim 128 where tiles are larger: fewer instructions per loop and loads that no "
@@ -65,6 +62,10 @@ STEPS = [
          "score instead of a multiply and a subtract.",
          "A few percent: the softmax is not the bottleneck of the tensor cores, but it is on the critical "
          "path between the two matmuls of a tile.", _KEPT),
+    Step("nosplit", "Without chapter 6's split (ablation)", "Causal only: turn the split off again, so every "
+         "tile up to the diagonal builds a mask, to measure what chapter 6's change is worth here.",
+         "Causal slower by the share of time the mask takes, perhaps 10-30%; non-causal unchanged.",
+         {**_KEPT, "SPLIT_DIAGONAL": False}, kept=False),
     Step("lazy", "Lazy rescaling (tried)", "Rescale the accumulator only when some row's max grew by more than "
          "2^8 (a trick from FlashAttention-4).",
          "Fewer multiplies on the 128-wide accumulator, maybe 5%, if the branch is cheap.",
