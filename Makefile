@@ -54,6 +54,7 @@ chapter: setup
 
 outputs: setup
 	$(PY) -m book.snippets --write
+	$(PY) -m book.notebooks --write
 
 test-gpu:
 	$(GPU_PY) -m pytest -m gpu tests

@@ -24,8 +24,9 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--
 
 
 def chromium_path() -> str | None:
-    candidates = [os.environ.get("BOOK_CHROMIUM"), shutil.which("chromium"), shutil.which("chromium-browser"),
-                  "/usr/bin/chromium"]
+    # Debian's chromium here and in .ci/run; Google Chrome comes preinstalled on GitHub's Ubuntu runners.
+    names = ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable"]
+    candidates = [os.environ.get("BOOK_CHROMIUM"), *map(shutil.which, names), "/usr/bin/chromium"]
     return next((c for c in candidates if c and Path(c).is_file()), None)
 
 

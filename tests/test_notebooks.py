@@ -1,0 +1,53 @@
+"""Every chapter's companion notebook runs top to bottom on a CPU, and the site shows what it printed.
+
+Sources are jupytext percent scripts in notebooks/; docs/notebooks/ holds the executed copies that the
+site renders. A fresh run must match the stored copy (sources and text outputs), with no error or
+stderr anywhere: after editing a notebook, run `python -m book.notebooks --write notebooks/<name>.py`.
+"""
+
+import re
+
+import nbformat
+import pytest
+import yaml
+
+from book import ROOT, notebooks
+
+SOURCES = notebooks.sources()
+COLAB = "https://colab.research.google.com/github/flash-attention-book/flash-attention-book/blob/main/docs/notebooks/"
+
+
+def test_first_chapters_have_notebooks():
+    chapters = {p.name[:2] for p in (ROOT / "docs/chapters").glob("[0-9][0-9]-*.md")}
+    have = {p.name[2:4] for p in SOURCES}
+    assert {"01", "02"} <= have <= chapters
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
+def test_notebook_runs_and_matches_its_stored_copy(source):
+    stored_path = notebooks.stored_path(source)
+    assert stored_path.is_file(), f"run `python -m book.notebooks --write {source.relative_to(ROOT)}`"
+    stored = nbformat.read(stored_path, as_version=4)
+    assert not notebooks.errors(stored)
+    fresh = notebooks.execute(source)  # raises CellExecutionError on a failing cell
+    assert not notebooks.errors(fresh), notebooks.errors(fresh)
+    assert notebooks.comparable(fresh) == notebooks.comparable(stored), (
+        f"{stored_path.relative_to(ROOT)} is stale: run `python -m book.notebooks --write {source.relative_to(ROOT)}`")
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
+def test_notebook_has_colab_link_setup_and_nav_entry(source):
+    text = source.read_text()
+    assert text.startswith("# %% [markdown]\n# # Chapter ")
+    assert f"({COLAB}{source.stem}.ipynb)" in text
+    assert "import kernels" in text  # before triton, so that a CPU picks the interpreter
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)
+    nav = str(config["nav"])
+    assert f"notebooks/{source.stem}.ipynb" in nav
+
+
+def test_no_stray_rendered_notebooks():
+    stems = {s.stem for s in SOURCES}
+    for rendered in (ROOT / "docs/notebooks").glob("*.ipynb"):
+        assert rendered.stem in stems, f"{rendered.name} has no source in notebooks/"
+        assert re.fullmatch(r"ch\d\d_\w+", rendered.stem)
