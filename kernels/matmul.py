@@ -5,13 +5,19 @@ BLOCK_M x BLOCK_K tile of A and a BLOCK_K x BLOCK_N tile of B, multiplies them o
 the product into an fp32 accumulator that stays in registers. Only the finished tile goes back to memory,
 rounded once to the inputs' dtype. Programs are numbered so that those running at the same time share tiles
 of A and B in the L2 cache (grouped ordering), and the block sizes are chosen by measurement (autotuning).
+
+The chapter's last step, matmul_tma, is the same loop with the tiles moved by Hopper's copy engine (TMA)
+through tensor descriptors; inputs it cannot take go to matmul.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels import interpreting
 from kernels.validate import check_device, check_dtype, check_same_device, check_same_dtype
@@ -172,3 +178,136 @@ def describe(config: triton.Config) -> str:
     kw = config.kwargs
     return (f"{kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']}, {config.num_stages} stages, "
             f"{config.num_warps} warps")
+
+
+# One more step on Hopper: tensor descriptors (TMA).
+#
+# The kernel above computes an address for every element it loads and masks the ones past the edge. Hopper GPUs
+# (compute capability 9.0) have a copy engine, the Tensor Memory Accelerator (TMA), that moves a whole tile
+# between global and shared memory from one instruction. It needs a tensor descriptor: the matrix's base
+# address, shape and strides, and the tile shape. The engine fills loads past the edge with zeros and drops
+# stores past it, so the kernel below has no offsets, no wrapping and no masks.
+
+# --8<-- [start:tma-configs]
+def _set_block_shapes(nargs: dict) -> None:
+    """A descriptor carries its tile shape; before each launch, set it to the configuration's block sizes."""
+    nargs["a_desc"].block_shape = [nargs["BLOCK_M"], nargs["BLOCK_K"]]
+    nargs["b_desc"].block_shape = [nargs["BLOCK_K"], nargs["BLOCK_N"]]
+    nargs["c_desc"].block_shape = [nargs["BLOCK_M"], nargs["BLOCK_N"]]
+
+
+def _tma_config(block_m: int, block_n: int, block_k: int, stages: int, warps: int,
+                group_m: int = 8) -> triton.Config:
+    return triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": group_m},
+                         num_stages=stages, num_warps=warps, pre_hook=_set_block_shapes)
+
+
+# The large-matrix shapes of GPU_CONFIGS, both orientations, 3 or 4 stages.
+TMA_GPU_CONFIGS = [
+    _tma_config(128, 256, 64, stages=3, warps=8),
+    _tma_config(128, 256, 64, stages=4, warps=8),
+    _tma_config(256, 128, 64, stages=3, warps=8),
+    _tma_config(256, 128, 64, stages=4, warps=8),
+]
+TMA_CONFIGS = [_tma_config(16, 16, 16, stages=1, warps=1)] if interpreting() else TMA_GPU_CONFIGS
+# --8<-- [end:tma-configs]
+
+
+# --8<-- [start:tma-kernel]
+@triton.autotune(configs=TMA_CONFIGS, key=["M", "N", "K"])
+@triton.jit
+def matmul_tma_kernel(
+    a_desc, b_desc, c_desc, M, N, K,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    INTERPRETER: tl.constexpr = False,
+):
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        # Each load names the tile by the coordinates of its top-left element. The copy engine fetches it;
+        # rows past M, columns past N and k past K arrive as 0.0, which add nothing to the sum.
+        a = a_desc.load([pid_m * BLOCK_M, k0])
+        b = b_desc.load([k0, pid_n * BLOCK_N])
+        if INTERPRETER:  # the CPU interpreter's bf16 dot, as in matmul_kernel
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc)
+
+    # The copy engine writes only the part of the tile that lies inside C.
+    c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))
+# --8<-- [end:tma-kernel]
+
+
+class TMAFallbackWarning(UserWarning):
+    """matmul_tma could not use tensor descriptors for these inputs and ran matmul instead."""
+
+
+# --8<-- [start:tma-rules]
+def tma_fallback_reason(a: torch.Tensor, b: torch.Tensor) -> str | None:
+    """Why (valid) a and b cannot go through tensor descriptors on this machine, or None if they can.
+
+    The copy engine needs a 16-byte aligned base address, rows that are contiguous (last stride 1), and row
+    strides that are multiples of 16 bytes: for fp16 and bf16, a multiple of 8 elements. The output C is a
+    fresh contiguous (M, N) matrix, so N must be a multiple of 8 too.
+    """
+    if not interpreting() and torch.cuda.get_device_capability(a.device)[0] < 9:
+        return "a GPU older than Hopper (tensor descriptors need compute capability 9.0)"
+    elements_per_16_bytes = 16 // a.element_size()
+    for name, t in (("a", a), ("b", b)):
+        if t.stride(1) != 1:
+            return f"{name} has column stride {t.stride(1)}; its rows must be contiguous (stride 1)"
+        if t.stride(0) % elements_per_16_bytes:
+            return (f"{name} has row stride {t.stride(0)} elements ({t.stride(0) * t.element_size()} bytes), not "
+                    f"a multiple of 16 bytes ({elements_per_16_bytes} elements)")
+        if t.data_ptr() % 16:
+            return f"{name} starts at an address that is not a multiple of 16 bytes"
+    if b.shape[1] % elements_per_16_bytes:
+        return (f"the output's rows of {b.shape[1]} elements ({b.shape[1] * b.element_size()} bytes) are not a "
+                f"multiple of 16 bytes ({elements_per_16_bytes} elements)")
+    return None
+# --8<-- [end:tma-rules]
+
+
+# --8<-- [start:tma-wrapper]
+def matmul_tma(a: torch.Tensor, b: torch.Tensor, config: triton.Config | None = None) -> torch.Tensor:
+    """a @ b like matmul(), with tiles moved by Hopper's copy engine (TMA) through tensor descriptors.
+
+    Same inputs, checks and result as matmul(). Inputs the copy engine cannot take (see tma_fallback_reason),
+    or a GPU older than Hopper, go to matmul() instead, with a TMAFallbackWarning that says why.
+    `config` pins one configuration, as in matmul().
+    """
+    for name, t in (("a", a), ("b", b)):
+        _check_matrix(name, t)
+        check_device(name, t)
+        check_dtype(name, t, SUPPORTED_DTYPES)
+    check_same_device(a=a, b=b)
+    check_same_dtype(a=a, b=b)
+    (M, K), (K_b, N) = a.shape, b.shape
+    if K != K_b:
+        raise ValueError(f"inner dimensions differ: a is {M} x {K} and b is {K_b} x {N}; "
+                         f"a.shape[1] ({K}) must equal b.shape[0] ({K_b})")
+    if M == 0 or N == 0 or K == 0:  # nothing to copy: matmul() handles empty matrices
+        return matmul(a, b)
+    reason = tma_fallback_reason(a, b)
+    if reason is not None:
+        warnings.warn(f"matmul_tma: falling back to matmul (pointer loads): {reason}", TMAFallbackWarning,
+                      stacklevel=2)
+        return matmul(a, b)
+
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    # Shapes and strides for the copy engine. The block shapes are placeholders: the configuration's
+    # pre_hook (_set_block_shapes) puts in the real ones before each launch.
+    a_desc = TensorDescriptor(a, [M, K], [a.stride(0), 1], [16, 16])
+    b_desc = TensorDescriptor(b, [K, N], [b.stride(0), 1], [16, 16])
+    c_desc = TensorDescriptor(c, [M, N], [N, 1], [16, 16])
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+    args = (a_desc, b_desc, c_desc, M, N, K)
+    if config is None:
+        matmul_tma_kernel[grid](*args, INTERPRETER=interpreting())
+    else:  # without the autotuner, set the block shapes here
+        _set_block_shapes({"a_desc": a_desc, "b_desc": b_desc, "c_desc": c_desc, **config.kwargs})
+        matmul_tma_kernel.fn[grid](*args, **config.kwargs, INTERPRETER=interpreting(),
+                                   num_warps=config.num_warps, num_stages=config.num_stages)
+    return c
+# --8<-- [end:tma-wrapper]
