@@ -541,7 +541,7 @@
         fields.push(numberInput("Seed", "seed", params.seed, 0, 99999, changed("seed", asInt)));
         fields.push(select("Length", "n", [6, 8, 12], params.n, changed("n", asInt)));
       }
-      fields.push(select("Block", "block", [1, 2, 3, 4, 6].filter((b) => b <= n), params.block, changed("block", asInt)));
+      fields.push(select("Tile size", "block", [1, 2, 3, 4, 6].filter((b) => b <= n), params.block, changed("block", asInt)));
       form.replaceChildren(...fields);
       render();
     }
@@ -552,7 +552,7 @@
       const d = state.V[0].length;
       const now = state.step > 0 ? trace[state.step - 1] : null;
       status.textContent = now
-        ? `Step ${state.step} of ${total}: block ${now.block} (entries ${now.start}\u2013${now.stop - 1}).`
+        ? `Step ${state.step} of ${total}: tile ${now.block + 1} (entries ${now.start}\u2013${now.stop - 1}).`
         : `Step 0 of ${total}: m = \u2212\u221e, l = 0, acc = 0. Press Step or the right arrow key.`;
       root.dataset.step = String(state.step);
       root.dataset.total = String(total);
@@ -569,18 +569,18 @@
       const rows = [el("div", { class: "fa-row", role: "row" }, [el("div", { class: "fa-cell fa-cell--corner", role: "columnheader", text: "" })].concat(state.x.map((_, k) => el("div", { class: "fa-cell fa-cell--head", role: "columnheader", text: String(k) }))))];
       rows.push(line("x", state.x));
       for (let c = 0; c < d; c++) rows.push(line(`V[:, ${c}]`, state.V.map((v) => v[c])));
-      const grid = el("div", { class: "fa-stepper__grid", role: "grid", "aria-readonly": "true", "aria-label": `Logits x and values V, in blocks of ${params.block}` }, rows);
+      const grid = el("div", { class: "fa-stepper__grid", role: "grid", "aria-readonly": "true", "aria-label": `Logits x and values V, in tiles of ${params.block}` }, rows);
       grid.style.setProperty("--fa-columns", state.x.length + 1);
       strip.replaceChildren(grid);
       const accHeader = Array.from({ length: d }, (_, c) => `acc[${c}]`);
-      const body = trace.slice(0, state.step).map((t) => [`${t.block} (${t.start}\u2013${t.stop - 1})`, fmt(t.block_max, 4), fmt(t.alpha, 4), fmt(t.m, 4), fmt(t.l, 4)].concat(t.acc.map((a) => fmt(a, 4))));
+      const body = trace.slice(0, state.step).map((t) => [`${t.block + 1} (${t.start}\u2013${t.stop - 1})`, fmt(t.block_max, 4), fmt(t.alpha, 4), fmt(t.m, 4), fmt(t.l, 4)].concat(t.acc.map((a) => fmt(a, 4))));
       steps.replaceChildren(
         body.length
-          ? table("After each block", ["block", "block max", "e^(m_old \u2212 m)", "m", "l"].concat(accHeader), body)
+          ? table("After each tile (numbered from 1, as in chapter 4)", ["tile", "tile max", "e^(m_old \u2212 m)", "m", "l"].concat(accHeader), body)
           : el("p", { class: "fa-stepper__note", text: "m: running max; l: running sum of exp(x \u2212 m); acc: running sum of exp(x \u2212 m) \u00b7 V, not yet divided by l." }),
       );
       if (state.step < total) {
-        final.replaceChildren(el("p", { class: "fa-stepper__note", text: "After the last block: exp(x \u2212 m) / l and acc / l beside the softmax computed in one pass." }));
+        final.replaceChildren(el("p", { class: "fa-stepper__note", text: "After the last tile: exp(x \u2212 m) / l and acc / l beside the softmax computed in one pass." }));
         return;
       }
       const exact = exactSoftmax(state.x);
