@@ -46,7 +46,7 @@ STEPS = [
          "(exp2, chapter 6's causal split), one fixed tile: 128 x 64, 4 warps, 2 stages.",
          "Small: masks cost a compare and a select per element loaded, next to a 64-wide dot product. "
          "A few percent at most, maybe nothing.", {**_OFF, "SPLIT_DIAGONAL": True}, pinned=(128, 64, 4, 2)),
-    Step("autotune", "Autotune tiles, warps, stages", "Let Triton time seven tile shapes, warp counts and "
+    Step("autotune", "Autotune tiles, warps, stages", "Let Triton time five tile shapes, warp counts and "
          "pipeline depths per problem and keep the fastest.",
          "Up to 10-20% on some shapes: the best tile depends on the head dim (registers) and on causal "
          "(how many tiles are on the diagonal).", {**_OFF, "SPLIT_DIAGONAL": True}),
