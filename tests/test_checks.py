@@ -341,3 +341,11 @@ def test_command_prints_every_problem_and_fails(tmp_path):
                           cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
     json.dumps(done.stdout)  # plain text, no exception
+
+
+def test_a_benchmark_awaiting_its_first_gpu_run_is_accepted_only_without_stale_files():
+    entry = {"name": "x", "chapter": "ch99", "module": "book/bench/x.py", "sources": ["kernels/x.py"], "results": []}
+    assert "has no results file" in checks.check_benchmark(entry)[0]
+    assert checks.check_benchmark({**entry, "awaiting_gpu": "issue 99"}) == []
+    stale = {"path": "results/g/x.json", "stale": ["kernels/x.py"], "measured": ["kernels/x.py"]}
+    assert "stale results" in checks.check_benchmark({**entry, "awaiting_gpu": "issue 99", "results": [stale]})[0]

@@ -250,4 +250,5 @@ BENCHMARK = Benchmark(
     run=run,
     views={"table": steps_table, "plot": steps_plot, "deltas": step_deltas, "predictions": predictions,
            "matmul-share": matmul_share},
+    awaiting_gpu="issue 7: the session's GPU time ran out before this benchmark completed on the H100",
 )
