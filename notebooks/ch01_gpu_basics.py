@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-import kernels  # noqa: E402, F401  (before triton: it picks Triton's interpreter when there is no GPU)
+from book.companion import run_snippet  # noqa: E402  (imports kernels before triton)
 
 print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "none, Triton runs interpreted")
 
@@ -32,9 +32,7 @@ print("GPU:", torch.cuda.get_device_name() if torch.cuda.is_available() else "no
 # Arithmetic intensity (FLOPs per byte moved to and from HBM) against the ridge point of an H100's roofline.
 
 # %%
-import runpy  # noqa: E402
-
-_ = runpy.run_path(str(ROOT / "snippets/ch01/arithmetic_intensity.py"))
+run_snippet("ch01/arithmetic_intensity.py")
 
 # %% [markdown]
 # ## Your turn: where does a matmul cross the ridge?
@@ -80,7 +78,7 @@ plt.show()
 # One attention score matrix, for one head of one sequence, at a few lengths (the chapter's second snippet).
 
 # %%
-_ = runpy.run_path(str(ROOT / "snippets/ch01/attention_matrix_memory.py"))
+run_snippet("ch01/attention_matrix_memory.py")
 
 # %%
 # Your turn: a batch of 8 sequences, 32 heads, N = 8192, fp16. How many GiB would the scores take?

@@ -22,10 +22,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-import kernels  # noqa: E402, F401  (before triton: it picks Triton's interpreter when there is no GPU)
+from book.companion import device, interpreting, run_snippet  # noqa: E402  (imports kernels before triton)
 
-device = "cuda" if torch.cuda.is_available() else "cpu"
-print("device:", device, "| Triton interpreter:", kernels.interpreting())
+print("device:", device, "| Triton interpreter:", interpreting())
 
 # %% [markdown]
 # ## How a launch splits the work
@@ -33,9 +32,7 @@ print("device:", device, "| Triton interpreter:", kernels.interpreting())
 # The chapter's numpy picture: a grid of programs, each owning one block of indices, with a mask for the tail.
 
 # %%
-import runpy  # noqa: E402
-
-_ = runpy.run_path(str(ROOT / "snippets/ch02/simulate_workers.py"))
+run_snippet("ch02/simulate_workers.py")
 
 # %% [markdown]
 # ## The kernel itself

@@ -8,7 +8,6 @@
 
 # %%
 # Setup: find the book's code (a lone copy of this notebook, as on Colab, fetches it) and import it.
-import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -23,17 +22,10 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-import kernels  # noqa: E402  (before triton: it picks Triton's interpreter when there is no GPU)
+from book.companion import device, interpreting, run_snippet  # noqa: E402  (imports kernels before triton)
 
-device = "cuda" if torch.cuda.is_available() else "cpu"
-print("device:", device, "| Triton interpreter:", kernels.interpreting())
+print("device:", device, "| Triton interpreter:", interpreting())
 
-
-def run_snippet(name: str) -> None:
-    """Run one of the chapter's snippets, as `python snippets/...` would (its folder on the import path)."""
-    path = ROOT / "snippets" / name
-    sys.path.insert(0, str(path.parent))
-    runpy.run_path(str(path), run_name="__main__")
 
 # %% [markdown]
 # ## Which inputs take the fast path?
