@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from book.companion import device, interpreting, run_snippet  # noqa: E402  (imports kernels before triton)
+import kernels  # noqa: E402, F401  (before triton: it picks Triton's interpreter when there is no GPU)
+from book.companion import device, interpreting, run_snippet  # noqa: E402
 
 print("device:", device, "| Triton interpreter:", interpreting())
 
