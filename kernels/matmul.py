@@ -125,16 +125,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: triton.Config | None = None
     Returns an (M, N) matrix of the same dtype, summed in fp32. The block sizes are autotuned for each
     (M, N, K); `config` pins one configuration instead (the benchmark uses it to measure one change at a time).
     """
-    for name, t in (("a", a), ("b", b)):
-        _check_matrix(name, t)
-        check_device(name, t)
-        check_dtype(name, t, SUPPORTED_DTYPES)
-    check_same_device(a=a, b=b)
-    check_same_dtype(a=a, b=b)
-    (M, K), (K_b, N) = a.shape, b.shape
-    if K != K_b:
-        raise ValueError(f"inner dimensions differ: a is {M} x {K} and b is {K_b} x {N}; "
-                         f"a.shape[1] ({K}) must equal b.shape[0] ({K_b})")
+    M, N, K = check_operands(a, b)
 
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     if M == 0 or N == 0:
@@ -156,6 +147,22 @@ def matmul(a: torch.Tensor, b: torch.Tensor, config: triton.Config | None = None
 # --8<-- [end:wrapper]
 
 
+# --8<-- [start:checks]
+def check_operands(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
+    """The checks matmul() and matmul_tma() share; returns (M, N, K) of a valid (M, K) @ (K, N) product."""
+    for name, t in (("a", a), ("b", b)):
+        _check_matrix(name, t)
+        check_device(name, t)
+        check_dtype(name, t, SUPPORTED_DTYPES)
+    check_same_device(a=a, b=b)
+    check_same_dtype(a=a, b=b)
+    (M, K), (K_b, N) = a.shape, b.shape
+    if K != K_b:
+        raise ValueError(f"inner dimensions differ: a is {M} x {K} and b is {K_b} x {N}; "
+                         f"a.shape[1] ({K}) must equal b.shape[0] ({K_b})")
+    return M, N, K
+
+
 def _check_matrix(name: str, t: object) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -163,6 +170,7 @@ def _check_matrix(name: str, t: object) -> None:
         hint = {1: f"; for a vector use {name}[None, :] or {name}[:, None]",
                 3: "; for a batch of matrices, call matmul on each one or use torch.bmm"}.get(t.ndim, "")
         raise ValueError(f"{name} must be 2-D, got {t.ndim}-D with shape {tuple(t.shape)}{hint}")
+# --8<-- [end:checks]
 
 
 def _check_int32_offsets(name: str, t: torch.Tensor) -> None:
@@ -277,16 +285,7 @@ def matmul_tma(a: torch.Tensor, b: torch.Tensor, config: triton.Config | None = 
     or a GPU older than Hopper, go to matmul() instead, with a TMAFallbackWarning that says why.
     `config` pins one configuration, as in matmul().
     """
-    for name, t in (("a", a), ("b", b)):
-        _check_matrix(name, t)
-        check_device(name, t)
-        check_dtype(name, t, SUPPORTED_DTYPES)
-    check_same_device(a=a, b=b)
-    check_same_dtype(a=a, b=b)
-    (M, K), (K_b, N) = a.shape, b.shape
-    if K != K_b:
-        raise ValueError(f"inner dimensions differ: a is {M} x {K} and b is {K_b} x {N}; "
-                         f"a.shape[1] ({K}) must equal b.shape[0] ({K_b})")
+    M, N, K = check_operands(a, b)
     if M == 0 or N == 0 or K == 0:  # nothing to copy: matmul() handles empty matrices
         return matmul(a, b)
     reason = tma_fallback_reason(a, b)
