@@ -1,13 +1,13 @@
 """Chapter 4: a fused softmax over the last dimension, for rows of any length.
 
-Rows of up to MAX_SINGLE_BLOCK values fit in one block: a program loads the row once, takes its max,
+Rows of up to MAX_SINGLE_BLOCK values fit in one block: a program loads its rows once, takes each row's max,
 exponentiates, sums, divides and stores. Each value crosses HBM twice (one read, one write), like a copy.
+Short rows are packed several to a program, so that every program moves at least MIN_VALUES values.
 
 Longer rows do not fit in registers. They use the online softmax: pass 1 reads the row block by block and
-keeps a running max m and a running sum l; pass 2 reads it again, normalizes and stores.
+keeps a running max m and a running sum l; pass 2 reads it again, normalizes and stores. That kernel is
+persistent: a few programs per SM, each looping over rows, so that pass 2 finds much of its row still in L2.
 
-Both kernels are persistent: the grid has a few programs per SM, and each program loops over rows
-pid, pid + n_programs, pid + 2 * n_programs, ... so no time goes to launching one program per row.
 Everything is computed in fp32; the result is rounded to the input's dtype once, on the store.
 A row whose entries are all -inf has no softmax (0 / 0): both kernels return NaN for it, as torch.softmax does.
 """
@@ -21,21 +21,19 @@ from kernels.validate import check_contiguous, check_device, check_dtype
 
 # --8<-- [start:single_block_kernel]
 @triton.jit
-def softmax_single_block_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_SIZE: tl.constexpr):
-    pid = tl.program_id(axis=0)
-    n_programs = tl.num_programs(axis=0)
-    cols = tl.arange(0, BLOCK_SIZE)  # BLOCK_SIZE >= n_cols: the whole row in one block
-    mask = cols < n_cols
-    # A persistent program: it handles rows pid, pid + n_programs, pid + 2 * n_programs, ...
-    for row in tl.range(pid, n_rows, n_programs):
-        # int64, so row * n_cols cannot overflow on tensors of more than 2^31 elements.
-        start = tl.cast(row, tl.int64) * n_cols
-        # Padding lanes read -inf: they never win the max, and exp(-inf - m) = 0 adds nothing to the sum.
-        x = tl.load(x_ptr + start + cols, mask=mask, other=-float("inf")).to(tl.float32)
-        m = tl.max(x, axis=0)  # the safe softmax's max: every exponent below is <= 0, no overflow
-        p = tl.exp(x - m)
-        l = tl.sum(p, axis=0)  # l >= 1 (the max contributes exp(0)), unless the row is all -inf: NaN
-        tl.store(out_ptr + start + cols, (p * (1.0 / l)).to(out_ptr.dtype.element_ty), mask=mask)
+def softmax_single_block_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_ROWS: tl.constexpr, BLOCK_SIZE: tl.constexpr):
+    # This program's tile: BLOCK_ROWS whole rows, each padded to BLOCK_SIZE >= n_cols columns.
+    rows = tl.program_id(axis=0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    cols = tl.arange(0, BLOCK_SIZE)
+    # int64, so rows * n_cols cannot overflow on tensors of more than 2^31 elements.
+    offsets = tl.cast(rows, tl.int64)[:, None] * n_cols + cols[None, :]
+    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    # Padding lanes read -inf: they never win the max, and exp(-inf - m) = 0 adds nothing to the sum.
+    x = tl.load(x_ptr + offsets, mask=mask, other=-float("inf")).to(tl.float32)
+    m = tl.max(x, axis=1)  # the safe softmax's max, one per row: every exponent below is <= 0
+    p = tl.exp(x - m[:, None])
+    l = tl.sum(p, axis=1)  # l >= 1 (the max contributes exp(0)), unless the row is all -inf: NaN
+    tl.store(out_ptr + offsets, (p * (1.0 / l)[:, None]).to(out_ptr.dtype.element_ty), mask=mask)
 # --8<-- [end:single_block_kernel]
 
 
@@ -76,35 +74,33 @@ def softmax_online_kernel(x_ptr, out_ptr, n_rows, n_cols, BLOCK_SIZE: tl.constex
 
 # --8<-- [start:config]
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-MAX_SINGLE_BLOCK = 16384  # longest row (in values) that one program holds in registers at once
+MAX_SINGLE_BLOCK = 32768  # longest row (in values) that one program holds in registers at once
+MIN_VALUES = 1024  # short rows are packed into a program until it holds at least this many values
 ONLINE_BLOCK = 4096  # block size of the two-pass online kernel
 ONLINE_PROGRAMS_PER_SM = 4  # few rows in flight per SM, so pass 2 finds much of its row still in L2
 
 
-def num_warps_for(block_size: int) -> int:
-    """Warps per program: 16 values per thread (four 16-byte loads in fp32), from 2 to 32 warps."""
-    return max(2, min(32, block_size // (32 * 16)))
+def num_warps_for(values: int) -> int:
+    """Warps per program: about 16 values per thread (four 16-byte loads in fp32), from 4 to 32 warps."""
+    return max(4, min(32, values // (32 * 16)))
 
 
 def launch_config(n_cols: int, max_block: int = MAX_SINGLE_BLOCK) -> dict:
-    """Which kernel a row of n_cols values gets, with its block size, warps and programs per SM."""
+    """Which kernel a row of n_cols values gets, with its block size, rows per program and warps."""
     if n_cols <= max_block:
         block = max(16, triton.next_power_of_2(n_cols))
-        warps = num_warps_for(block)
-        # An SM holds at most 64 warps and 32 programs; fill it, to hide the memory latency.
-        return {"path": "single block", "block_size": block, "num_warps": warps, "per_sm": min(32, 64 // warps)}
+        rows = max(1, MIN_VALUES // block)
+        return {"path": "single block", "block_size": block, "rows_per_program": rows,
+                "num_warps": num_warps_for(rows * block)}
     block = min(ONLINE_BLOCK, max_block)
-    return {"path": "online", "block_size": block, "num_warps": num_warps_for(block),
-            "per_sm": ONLINE_PROGRAMS_PER_SM}
+    return {"path": "online", "block_size": block, "rows_per_program": None, "num_warps": num_warps_for(block)}
 
 
-def _programs(device: torch.device, per_sm: int, n_rows: int) -> int:
-    """Size of the persistent grid: per_sm programs on every SM, never more than there are rows."""
+def _online_programs(device: torch.device, n_rows: int) -> int:
+    """Size of the online kernel's persistent grid: a few programs on every SM, never more than rows."""
     if device.type != "cuda":
         return min(n_rows, 4)  # the CPU interpreter runs programs one after the other anyway
-    # If fewer programs fit on an SM (registers), the rest wait for a free slot. That costs nothing in a
-    # persistent kernel: every program has the same share of rows.
-    return min(n_rows, torch.cuda.get_device_properties(device).multi_processor_count * per_sm)
+    return min(n_rows, torch.cuda.get_device_properties(device).multi_processor_count * ONLINE_PROGRAMS_PER_SM)
 # --8<-- [end:config]
 
 
@@ -128,8 +124,13 @@ def softmax(x: torch.Tensor, max_block: int = MAX_SINGLE_BLOCK) -> torch.Tensor:
     n_cols = x.shape[-1]
     n_rows = x.numel() // n_cols
     config = launch_config(n_cols, max_block)
-    kernel = softmax_single_block_kernel if config["path"] == "single block" else softmax_online_kernel
-    grid = (_programs(x.device, config["per_sm"], n_rows),)
-    kernel[grid](x, out, n_rows, n_cols, BLOCK_SIZE=config["block_size"], num_warps=config["num_warps"])
+    if config["path"] == "single block":  # one program per BLOCK_ROWS rows
+        grid = (triton.cdiv(n_rows, config["rows_per_program"]),)
+        softmax_single_block_kernel[grid](x, out, n_rows, n_cols, BLOCK_ROWS=config["rows_per_program"],
+                                          BLOCK_SIZE=config["block_size"], num_warps=config["num_warps"])
+    else:
+        grid = (_online_programs(x.device, n_rows),)
+        softmax_online_kernel[grid](x, out, n_rows, n_cols, BLOCK_SIZE=config["block_size"],
+                                    num_warps=config["num_warps"])
     return out
 # --8<-- [end:wrapper]

@@ -97,7 +97,8 @@ def test_empty_input_gives_empty_output(device):
 
 def test_rows_sum_to_one_and_every_row_written(device, rng):
     x = _logits((37, 300), torch.float32, device, rng)
-    for max_block in (64, MAX_SINGLE_BLOCK):  # more rows than programs: each program loops over rows
+    # 64: the online kernel, 4 programs looping over 37 rows; MAX_SINGLE_BLOCK: 2 rows per program, 37 is odd
+    for max_block in (64, MAX_SINGLE_BLOCK):
         out = softmax(x, max_block=max_block)
         torch.testing.assert_close(out.sum(dim=-1).cpu(), torch.ones(37), rtol=0, atol=1e-5)
 
@@ -129,6 +130,8 @@ def test_paths_and_warps():
     assert launch_config(MAX_SINGLE_BLOCK)["path"] == "single block"
     assert launch_config(MAX_SINGLE_BLOCK + 1)["path"] == "online"
     assert launch_config(1000)["block_size"] == 1024
+    # Short rows are packed: every single-block program holds at least 1,024 values.
+    assert [launch_config(n)["rows_per_program"] for n in (16, 256, 300, 1024, 5000)] == [64, 4, 2, 1, 1]
     for n in (1, 256, 4096, MAX_SINGLE_BLOCK, 10**6):
         assert 2 <= launch_config(n)["num_warps"] <= 32
 

@@ -61,6 +61,7 @@ def _measure(dtype_name: str, n_cols: int) -> dict:
         "MiB": x.numel() * itemsize / 2**20,
         "path": config["path"],
         "block_size": config["block_size"],
+        "rows_per_program": config["rows_per_program"],
         "num_warps": config["num_warps"],
         "triton_ms": triton_ms,
         "torch_ms": torch_ms,
