@@ -17,6 +17,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def free_gpu_memory():
+    """Give the GPU memory a test cached back to the driver, so tests that run beside it (pytest -n) have it."""
+    yield
+    if HAS_CUDA:
+        torch.cuda.empty_cache()
+
+
 @pytest.fixture
 def device() -> str:
     """Where kernels run in this session: the GPU if there is one, else the CPU under the interpreter."""

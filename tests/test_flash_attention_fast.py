@@ -125,9 +125,8 @@ def test_every_worklog_step_is_correct(rng, switches, causal, d):
     q, k, v = make_qkv(2, 4, 1024, d, torch.float16, "cuda", rng)
     q[0, 0, 5] *= 60.0  # a row with very large logits: the running max jumps, and must stay finite
     ref = reference(q, k, v, causal)
-    for cfg in fast.CONFIGS:
-        if causal and cfg.kwargs["BLOCK_M"] % cfg.kwargs["BLOCK_N"]:
-            continue
+    # The configurations the autotuner would try for this head dim and mask (it drops the ones that spill).
+    for cfg in fast._prune(fast.CONFIGS, {"HEAD_DIM": d, "CAUSAL": causal}):
         out = poisoned_call(lambda cfg=cfg: fast.attention(q, k, v, causal=causal, config=cfg, **switches), q)
         assert torch.isfinite(out).all(), fast.describe(cfg)
         assert rel_error(out, ref) < TOLERANCE[torch.float16], fast.describe(cfg)

@@ -163,8 +163,8 @@ def test_interpreter_gets_one_small_config():
 
 
 @pytest.mark.gpu
-def test_mixed_devices_are_refused():
-    with pytest.raises(ValueError, match="inputs must be on one device"):
+def test_cpu_tensor_beside_gpu_tensor_is_refused():
+    with pytest.raises(ValueError, match="b is on the CPU; Triton kernels need a CUDA tensor"):
         matmul(torch.randn(4, 4, device="cuda").half(), torch.randn(4, 4).half())
 
 
