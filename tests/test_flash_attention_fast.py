@@ -5,6 +5,7 @@ import warnings
 
 import pytest
 import torch
+from triton.runtime.errors import OutOfResources
 
 from kernels import flash_attention as readable
 from kernels import flash_attention_fast as fast
@@ -126,10 +127,18 @@ def test_every_worklog_step_is_correct(rng, switches, causal, d):
     q[0, 0, 5] *= 60.0  # a row with very large logits: the running max jumps, and must stay finite
     ref = reference(q, k, v, causal)
     # The configurations the autotuner would try for this head dim and mask (it drops the ones that spill).
+    # Like the autotuner, skip one that needs more shared memory than the GPU has (the OVERLAP step holds
+    # two K tiles at once), but at least one configuration must run.
+    ran = 0
     for cfg in fast._prune(fast.CONFIGS, {"HEAD_DIM": d, "CAUSAL": causal}):
-        out = poisoned_call(lambda cfg=cfg: fast.attention(q, k, v, causal=causal, config=cfg, **switches), q)
+        try:
+            out = poisoned_call(lambda cfg=cfg: fast.attention(q, k, v, causal=causal, config=cfg, **switches), q)
+        except OutOfResources:
+            continue
         assert torch.isfinite(out).all(), fast.describe(cfg)
         assert rel_error(out, ref) < TOLERANCE[torch.float16], fast.describe(cfg)
+        ran += 1
+    assert ran, "no configuration fits on this GPU"
 
 
 @pytest.mark.gpu
