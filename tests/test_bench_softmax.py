@@ -13,7 +13,8 @@ def _row(dtype, n_cols, triton_gbps, torch_gbps, copy_gbps=3000.0):
     ms = lambda g: None if g is None else nbytes / (g * 1e9) * 1e3  # noqa: E731
     config = launch_config(n_cols)
     return {"dtype": dtype, "n_cols": n_cols, "n_rows": bench.TENSOR_BYTES // (n_cols * 4), "MiB": 512.0,
-            "path": config["path"], "block_size": config["block_size"], "num_warps": config["num_warps"],
+            "path": config["path"], "block_size": config["block_size"],
+            "rows_per_program": config["rows_per_program"], "num_warps": config["num_warps"],
             "triton_ms": ms(triton_gbps), "torch_ms": ms(torch_gbps), "copy_ms": ms(copy_gbps),
             "triton_GBps": triton_gbps, "torch_GBps": torch_gbps, "copy_GBps": copy_gbps}
 
@@ -23,7 +24,7 @@ def _result(rows):
 
 
 GOOD = _result([_row("float32", 256, 2700.0, 2500.0), _row("float32", 4096, 2800.0, 2700.0),
-                _row("float32", 32768, 2100.0, 1800.0), _row("float16", 1024, 2750.0, 2600.0),
+                _row("float32", 65536, 2100.0, 1800.0), _row("float16", 1024, 2750.0, 2600.0),
                 _row("float16", 131072, 2000.0, None)])
 BAD = _result([_row("float32", 256, 2000.0, 2500.0), _row("float32", 4096, 2800.0, 2700.0),
                _row("float16", 65536, 1500.0, 1800.0)])
