@@ -16,6 +16,9 @@ STAMP := $(VENV)/.installed
 # The GPU machine brings its own torch and triton; use its python for GPU work.
 GPU_PY ?= python3
 PIP_EXTRA ?=
+# GPU tests run in this many processes (pytest-xdist): most of their time is Triton compiling and autotuning
+# each new shape, which is CPU work. Each process takes GPU memory; lower it on a GPU with less than 80 GB.
+GPU_TEST_WORKERS ?= 8
 # `make refresh` works in a virtual environment on top of GPU_PY: it sees the machine's GPU builds of torch
 # and triton, and adds the pinned tools to test, benchmark and build the site.
 GPU_VENV := .venv-gpu
@@ -57,7 +60,7 @@ outputs: setup
 	$(PY) -m book.notebooks --write
 
 test-gpu:
-	$(GPU_PY) -m pytest -m gpu tests
+	$(GPU_PY) -m pytest -m gpu -n $(GPU_TEST_WORKERS) tests
 
 bench:
 	$(GPU_PY) -m book.bench $(if $(ONLY),--only $(ONLY),)
@@ -75,7 +78,7 @@ refresh:
 	t and t.cuda.is_available() or sys.exit('make refresh needs a CUDA GPU and torch in GPU_PY ($(GPU_PY)); \
 	without a GPU the site uses the committed results (make build).')"
 	$(MAKE) --no-print-directory setup-gpu
-	$(GPU_VENV_PY) -m pytest -q -m gpu tests
+	$(GPU_VENV_PY) -m pytest -q -m gpu -n $(GPU_TEST_WORKERS) tests
 	$(GPU_VENV_PY) -m book.bench $(if $(ONLY),--only $(ONLY),)
 	$(GPU_VENV_PY) -m mkdocs build --strict
 
