@@ -167,21 +167,33 @@ def _configs() -> list[triton.Config]:
     """Candidate tile shapes. The interpreter gets one small config; a GPU gets a small search space."""
     if kernels.interpreting():
         return [triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
-    # Head dims up to 128: 128 query rows per program, 64 or 128 keys per tile.
+    # Half precision, head dims up to 128: 128 query rows per program, 64 or 128 keys per tile.
     configs = [triton.Config({"BLOCK_M": 128, "BLOCK_N": bn}, num_warps=w, num_stages=s)
                for bn in (64, 128) for w in (4, 8) for s in (2, 3, 4)]
     # Head dim 256: a 128 x 256 Q tile alone is 64 KB in fp16, so smaller tiles and fewer stages.
     configs += [triton.Config({"BLOCK_M": 64, "BLOCK_N": bn}, num_warps=w, num_stages=s)
                 for bn in (32, 64) for w in (4, 8) for s in (2, 3)]
-    # ... and single-stage ones that still fit in shared memory for fp32 at head dim 256.
+    # ... and single-stage ones that still fit in shared memory at head dim 256.
     configs += [triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=1),
                 triton.Config({"BLOCK_M": 32, "BLOCK_N": 32}, num_warps=4, num_stages=1)]
     return configs
 
 
+# fp32 takes exact ("ieee") products, which run on the ordinary FP32 units rather than the tensor cores.
+# The compiler unrolls them into BLOCK_M * BLOCK_N * head_dim / threads multiply-adds per tile, so big tiles
+# take minutes to compile and gain nothing: fp32 tries three small tiles at every head dim.
+FP32_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": 32}, num_warps=4, num_stages=s)
+                for bm, s in ((64, 2), (32, 2), (32, 1))]
+
+
 def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
-    """Keep the configs meant for this head dim (see _configs)."""
-    head_dim = kwargs.get("HEAD_DIM_PAD", named_args.get("HEAD_DIM_PAD", 64))
+    """Keep the configs meant for this dtype and head dim (see _configs and FP32_CONFIGS)."""
+    meta = {**named_args, **kwargs}
+    if kernels.interpreting():
+        return configs
+    if meta.get("DOT_PRECISION") == "ieee":
+        return FP32_CONFIGS
+    head_dim = meta.get("HEAD_DIM_PAD", 64)
     kept = [c for c in configs if (c.kwargs["BLOCK_M"] < 128) == (head_dim > 128)]
     return kept or configs[:1]
 
