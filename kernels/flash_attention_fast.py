@@ -14,6 +14,10 @@ can time every step of the worklog from one source:
 - WARP_SPECIALIZE: Triton splits the loop into producer (loads) and consumer (math) warps.
 Chapter 7's table says which of them paid off; BEST_FEATURES turns those on.
 
+The worklog's last step leaves Triton's scheduler behind: kernels/flash_attention_hopper.py writes the same
+forward pass in Gluon, with one warp copying tiles and two warpgroups computing. On Hopper GPUs
+`attention` runs that kernel; `gluon=False` (or any feature switch or pinned config) runs this file's.
+
 The fast path needs fp16 or bf16, head dim 64 or 128, equal query and key lengths that are a multiple of
 128, and contiguous (batch, heads, seq, head_dim) tensors. Anything else goes to chapter 5's kernel, and
 `attention` says so with a FallbackWarning.
@@ -31,6 +35,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 import kernels
 from kernels import flash_attention as readable
+from kernels import flash_attention_hopper as hopper
 
 LOG2_E = 1.4426950408889634
 FAST_DTYPES = (torch.float16, torch.bfloat16)
@@ -256,17 +261,20 @@ def fallback_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | 
 # --8<-- [start:wrapper]
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               causal_alignment: str = "top-left", sm_scale: float | None = None, return_lse: bool = False,
-              config: triton.Config | None = None, **features: bool):
+              gluon: bool | None = None, config: triton.Config | None = None, **features: bool):
     """softmax(q kᵀ · sm_scale) v, like chapter 5's attention(), on the fast path when it can.
 
     Inputs the fast path does not cover go to chapter 5's kernel, with a FallbackWarning that says why.
-    `features` overrides BEST_FEATURES and `config` pins one tile shape (the worklog benchmark times
-    each step this way).
+    On a Hopper GPU (compute capability 9.0) the fast path is the Gluon kernel; `gluon=False` asks for
+    this file's Triton kernel, where `features` overrides BEST_FEATURES and `config` pins one tile shape
+    (the worklog benchmark times each step this way).
     """
     readable.validate_inputs(q, k, v)  # the same checks, and the same messages, as chapter 5
     unknown = set(features) - set(BEST_FEATURES)
     if unknown:
         raise TypeError(f"unknown feature switches {sorted(unknown)}; known: {sorted(BEST_FEATURES)}")
+    if gluon and (features or config is not None):
+        raise TypeError("feature switches and config pick the Triton kernel; they cannot go with gluon=True")
     reason = fallback_reason(q, k, v)
     if reason is not None:
         warnings.warn(f"fast attention: falling back to chapter 5's kernel: {reason}", FallbackWarning,
@@ -278,6 +286,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     # Equal query and key lengths here, so both causal alignments are the same mask.
     batch, heads, seq, head_dim = q.shape
     sm_scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+    if gluon is None:  # the Gluon kernel is built from Hopper's own instructions (wgmma): compute capability 9.0
+        gluon = not features and config is None and torch.cuda.get_device_capability(q.device)[0] == 9
+    if gluon:
+        return hopper.attention(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=return_lse)
     switches = {**BEST_FEATURES, **features}
     out = torch.empty_like(q)
     lse = torch.empty((batch, heads, seq), device=q.device, dtype=torch.float32) if return_lse else out

@@ -9,6 +9,7 @@ from triton.runtime.errors import OutOfResources
 
 from kernels import flash_attention as readable
 from kernels import flash_attention_fast as fast
+from kernels import flash_attention_hopper as hopper
 
 from .conftest import HAS_CUDA
 
@@ -69,6 +70,12 @@ def test_fallback_says_why_and_is_correct(device, rng, causal):
     with pytest.warns(fast.FallbackWarning, match="falling back to chapter 5's kernel"):
         out = fast.attention(q, k, v, causal=causal)
     assert rel_error(out, reference(q, k, v, causal)) < TOLERANCE[torch.float16]
+
+
+def test_gluon_cannot_take_triton_switches(device):
+    q = torch.randn(1, 1, 16, 64, device=device, dtype=torch.float16)
+    with pytest.raises(TypeError, match="cannot go with gluon=True"):
+        fast.attention(q, q, q, gluon=True, USE_TMA=False)
 
 
 def test_fallback_reason_names_the_interpreter():
@@ -152,3 +159,42 @@ def test_odd_inputs_fall_back_correctly(rng, n_q, n_k, d, dtype):
     expected = readable.attention(q, k, v)
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
     assert rel_error(out, reference(q, k, v, causal=False)) < TOLERANCE.get(dtype, 1e-5) * 2
+
+
+# --- GPU: the Gluon kernel (the worklog's last step) -----------------------------------------------------
+
+needs_hopper = pytest.mark.skipif(not HAS_CUDA or torch.cuda.get_device_capability()[0] != 9,
+                                  reason="the Gluon kernel uses Hopper's wgmma (compute capability 9.0)")
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_hopper_fast_path_is_the_gluon_kernel(rng, monkeypatch):
+    calls = []
+    monkeypatch.setattr(hopper, "attention", lambda *a, **kw: calls.append(kw) or torch.zeros_like(a[0]))
+    q, k, v = make_qkv(1, 2, 256, 64, torch.float16, "cuda", rng)
+    fast.attention(q, k, v, causal=True)
+    assert len(calls) == 1 and calls[0]["causal"] is True
+    fast.attention(q, k, v, gluon=False)  # the Triton kernel
+    assert len(calls) == 1
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("n", [128, 384, 1152])  # one tile, an odd number of tiles, more tiles than stages
+@pytest.mark.parametrize("pingpong", [False, True], ids=["", "pingpong"])  # the worklog's dropped step too
+def test_gluon_kernel_writes_every_element_and_matches_float64(rng, pingpong, n, d, causal, dtype):
+    q, k, v = make_qkv(2, 3, n, d, dtype, "cuda", rng)
+    q[1, 2, n - 1] *= 60.0  # one row with very large logits: its running max jumps, and must stay finite
+    out = torch.full_like(q, float("nan"))
+    out, lse = hopper.attention(q, k, v, causal=causal, sm_scale=1 / math.sqrt(d), return_lse=True, out=out,
+                                pingpong=pingpong)
+    assert not out.isnan().any(), "some output element was never written"
+    assert rel_error(out, reference(q, k, v, causal)) < TOLERANCE[dtype]
+    s = (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(d)
+    if causal:
+        s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool, device="cuda").tril(), float("-inf"))
+    torch.testing.assert_close(lse.double(), torch.logsumexp(s, dim=-1), rtol=0, atol=1e-3)

@@ -152,7 +152,8 @@ BENCHMARK = Benchmark(
     name="fast_attention",
     chapter="ch07",
     title="Chapter 7: the fast kernel against every SDPA backend",
-    sources=["kernels/flash_attention.py", "kernels/flash_attention_fast.py", "book/bench/fast_attention.py"],
+    sources=["kernels/flash_attention.py", "kernels/flash_attention_fast.py", "kernels/flash_attention_hopper.py",
+             "book/bench/fast_attention.py"],
     run=run,
     views={"table": table, "plot": plot, "verdict": verdict, "against-fa2": against_fa2},
 )
