@@ -31,3 +31,10 @@ def test_exercise_waves():
     stored, fresh = snippets.check("snippets/ch07/exercise_waves.py")
     assert fresh == stored
     assert fresh.count("programs; finish at") == 3
+
+
+def test_tile_budget():
+    stored, fresh = snippets.check("snippets/ch07/tile_budget.py")
+    assert fresh == stored
+    assert "(100% of the products)" in fresh and "(50% of the products)" in fresh
+    assert "each computing warpgroup 240" in fresh
