@@ -1,0 +1,57 @@
+"""Chapter 7's Gluon kernel compiles for Hopper with this machine's Triton, GPU or not.
+
+Its results are tested on a GPU (tests/test_flash_attention_fast.py). Gluon's API changes between Triton
+releases and the interpreter cannot run Gluon, so here we compile the kernel for an H100 (compute
+capability 9.0) without running it, and look at what came out. The compiler runs in a fresh process with
+the interpreter off: under the interpreter, Triton wraps every kernel for the CPU, and it cannot compile.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from book import ROOT
+
+SHARED_MEMORY_PER_BLOCK = 227 * 1024  # H100 datasheet: up to 227 KB of shared memory per thread block
+
+
+def compile_for_hopper(head_dim: int, causal: bool) -> dict:
+    """Compile the kernel for compute capability 9.0; runs in the subprocess."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from kernels import flash_attention_hopper as hopper
+
+    def descriptor_type(rows):
+        layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], gl.float16)
+        return f"tensordesc<fp16[{rows}, {head_dim}],{layout!r}>"
+
+    q_block, kv_block = descriptor_type(hopper.BLOCK_M // 2), descriptor_type(hopper.BLOCK_N)
+    signature = {"q_desc": q_block, "k_desc": kv_block, "v_desc": kv_block, "o_desc": q_block, "lse_ptr": "*fp32",
+                 "qk_scale": "fp32", "seq_len": "i32", "CAUSAL": "constexpr", "STORE_LSE": "constexpr",
+                 "STAGES": "constexpr", "PINGPONG": "constexpr"}
+    constants = {"CAUSAL": causal, "STORE_LSE": True, "STAGES": hopper.STAGES, "PINGPONG": False}
+    source = GluonASTSource(fn=hopper._hopper_fwd_kernel, signature=signature, constexprs=constants)
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": 168})
+    return {"ptx": compiled.asm["ptx"], "shared": compiled.metadata.shared}
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_compiles_for_hopper(head_dim, causal):
+    code = ("import json, sys; from tests.test_flash_attention_hopper import compile_for_hopper; "
+            f"json.dump(compile_for_hopper({head_dim}, {causal}), sys.stdout)")
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    compiled = json.loads(done.stdout)
+    ptx = compiled["ptx"]
+    assert "wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx  # async products, overlapped
+    assert "setmaxnreg" in ptx  # registers moved between the roles
+    assert compiled["shared"] <= SHARED_MEMORY_PER_BLOCK
