@@ -10,6 +10,7 @@ halved for causal; softmax and rescaling are left out by convention (FlashAttent
 from __future__ import annotations
 
 import math
+import statistics
 
 from book import render
 from book.bench.registry import Benchmark, Progress
@@ -21,6 +22,7 @@ HEADS = {64: 32, 128: 16}  # head dim -> heads
 PEERS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
 PEER_LABELS = {"flash": "SDPA flash (FA2)", "cudnn": "SDPA cuDNN", "efficient": "SDPA efficient"}
 CHECK_HEADS = 2  # heads of batch 0 compared with a float32 reference before timing
+ROUNDS = 5  # non-causal and causal are timed this many times, interleaved; each keeps its median
 CHECK_RTOL = 5e-3  # fp16
 SPEEDUP_FROM, SPEEDUP_TARGET = 4096, 1.8  # causal at least 1.8x faster than non-causal from N = 4K
 PEER_FROM, PEER_TARGET = 2048, 1.0  # causal at least as fast as FlashAttention-2 from N = 2K
@@ -122,10 +124,18 @@ def _measure(batch: int, heads: int, n: int, head_dim: int) -> dict:
 
     row = {"head_dim": head_dim, "heads": heads, "batch": batch, "seq_len": n,
            "rel_err": err, "rel_err_causal": err_causal}
-    row["triton_ms"] = gpu_ms_or_oom(lambda: fa.attention(q, k, v))
+    fa.attention(q, k, v)
     row["block_m"], row["block_n"] = _tiles(fa._attn_fwd_tuned)
-    row["triton_causal_ms"] = gpu_ms_or_oom(lambda: fa.attention(q, k, v, causal=True))
+    fa.attention(q, k, v, causal=True)
     row["block_m_causal"], row["block_n_causal"] = _tiles(fa._attn_fwd_tuned)
+    # The speed-up is a ratio of two timings: time both modes in turn, several times, so that a drift of
+    # the GPU's clock during the run touches both alike.
+    times = {False: [], True: []}
+    for _ in range(ROUNDS):
+        for causal in (False, True):
+            times[causal].append(gpu_ms_or_oom(lambda causal=causal: fa.attention(q, k, v, causal=causal)))
+    row["triton_ms"], row["triton_causal_ms"] = (
+        None if None in times[causal] else statistics.median(times[causal]) for causal in (False, True))
     for peer, backend in PEERS.items():
         for causal in (True, False) if peer == "flash" else (True,):
             fn = _sdpa(q, k, v, backend, causal)
