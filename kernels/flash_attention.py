@@ -19,14 +19,12 @@ mask. Two alignments are supported:
 
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 
 import kernels
-from kernels.validate import check_device, check_dtype, check_ndim, check_same_device, check_same_dtype
+from kernels.validate import check_device, check_dtype, check_ndim, check_same_device, check_same_dtype, softmax_scale
 
 LOG2_E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2_E)
 LN_2 = 0.6931471805599453  # ln(2): turns a base-2 logsumexp into a natural-log one
@@ -253,9 +251,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise ValueError(f"causal_alignment must be one of {ALIGNMENTS}, got {causal_alignment!r}")
     batch, heads, n_q, head_dim = q.shape
     n_k = k.shape[2]
-    sm_scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
-    if not (sm_scale > 0 and math.isfinite(sm_scale)):
-        raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale}")
+    sm_scale = softmax_scale(sm_scale, head_dim)
     if out is None:
         out = torch.empty_like(q, memory_format=torch.contiguous_format)
     elif out.shape != q.shape or out.dtype != q.dtype or out.device != q.device or out.stride(-1) != 1:

@@ -25,7 +25,6 @@ The fast path needs fp16 or bf16, head dim 64 or 128, equal query and key length
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import torch
@@ -36,6 +35,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 import kernels
 from kernels import flash_attention as readable
 from kernels import flash_attention_hopper as hopper
+from kernels.validate import softmax_scale
 
 LOG2_E = 1.4426950408889634
 FAST_DTYPES = (torch.float16, torch.bfloat16)
@@ -275,6 +275,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise TypeError(f"unknown feature switches {sorted(unknown)}; known: {sorted(BEST_FEATURES)}")
     if gluon and (features or config is not None):
         raise TypeError("feature switches and config pick the Triton kernel; they cannot go with gluon=True")
+    sm_scale = softmax_scale(sm_scale, q.shape[-1])  # a bad scale is an error on every path
     reason = fallback_reason(q, k, v)
     if reason is not None:
         warnings.warn(f"fast attention: falling back to chapter 5's kernel: {reason}", FallbackWarning,
@@ -285,9 +286,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise ValueError(f"causal_alignment must be one of {readable.ALIGNMENTS}, got {causal_alignment!r}")
     # Equal query and key lengths here, so both causal alignments are the same mask.
     batch, heads, seq, head_dim = q.shape
-    sm_scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
-    if gluon is None:  # the Gluon kernel is built from Hopper's own instructions (wgmma): compute capability 9.0
-        gluon = not features and config is None and torch.cuda.get_device_capability(q.device)[0] == 9
+    # The Gluon kernel is built from Hopper's own instructions (wgmma): compute capability 9.0 only.
+    major, minor = torch.cuda.get_device_capability(q.device)
+    if gluon is None:
+        gluon = not features and config is None and major == 9
+    elif gluon and major != 9:
+        raise ValueError(f"gluon=True needs a Hopper GPU (compute capability 9.0); {q.device} has {major}.{minor}")
     if gluon:
         return hopper.attention(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=return_lse)
     switches = {**BEST_FEATURES, **features}

@@ -46,10 +46,11 @@ BLOCK_M = 2 * ROWS_PER_WARPGROUP.value  # two computing warpgroups share each K/
 
 # --8<-- [start:load]
 @gluon.jit
-def _load_partition(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_row, kv_row0, n_tiles,
-                    qk_scale, lse_ptr, o_desc, WARPGROUP: gl.constexpr, CAUSAL: gl.constexpr,
-                    STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
+def _load_partition(descs, smem, bars, q_row, kv_row0, n_tiles, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
+                    CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
     """One warp: copy both Q halves once, then K_j and V_j into the ring, each as soon as its slot is free."""
+    q_desc, k_desc, v_desc, o_desc = descs
+    q_smem, k_smem, v_smem = smem
     q_ready, k_ready, k_free, v_ready, v_free, turn = bars
     stages: gl.constexpr = k_smem.shape[0]
     block_n: gl.constexpr = k_smem.shape[1]
@@ -90,10 +91,11 @@ def _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, CAUSAL: gl.constexpr):
 
 # --8<-- [start:compute]
 @gluon.jit
-def _compute_partition(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_row, kv_row0, n_tiles,
-                       qk_scale, lse_ptr, o_desc, WARPGROUP: gl.constexpr, CAUSAL: gl.constexpr,
-                       STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
+def _compute_partition(descs, smem, bars, q_row, kv_row0, n_tiles, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
+                       CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
     """One warpgroup: 64 query rows against every K/V tile, with the next scores overlapping this softmax."""
+    q_desc, k_desc, v_desc, o_desc = descs
+    q_smem, k_smem, v_smem = smem
     q_ready, k_ready, k_free, v_ready, v_free, turn = bars
     stages: gl.constexpr = k_smem.shape[0]
     block_n: gl.constexpr = k_smem.shape[1]
@@ -166,12 +168,11 @@ def _compute_partition(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_r
 
 
 @gluon.jit
-def _second_warpgroup(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_row, kv_row0, n_tiles,
-                      qk_scale, lse_ptr, o_desc, WARPGROUP: gl.constexpr, CAUSAL: gl.constexpr,
-                      STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
+def _second_warpgroup(descs, smem, bars, q_row, kv_row0, n_tiles, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
+                      CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
     """Worker partitions share one signature; this one runs the compute role for the second 64 rows."""
-    _compute_partition(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_row, kv_row0, n_tiles,
-                       qk_scale, lse_ptr, o_desc, 1, CAUSAL, STORE_LSE, PINGPONG)
+    _compute_partition(descs, smem, bars, q_row, kv_row0, n_tiles, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
+                       PINGPONG)
 # --8<-- [end:compute]
 
 
@@ -213,17 +214,19 @@ def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, seq_le
     if PINGPONG:
         mbarrier.arrive(turn.index(0), count=1)
 
+    descs = (q_desc, k_desc, v_desc, o_desc)
+    smem = (q_smem, k_smem, v_smem)
     bars = (q_ready, k_ready, k_free, v_ready, v_free, turn)
     gl.warp_specialize([
         # The kernel's own 4 warps compute query rows 0-63 of the block.
-        (_compute_partition, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_row, kv_row0, n_tiles,
-                              qk_scale, lse_ptr, o_desc, 0, CAUSAL, STORE_LSE, PINGPONG)),
+        (_compute_partition, (descs, smem, bars, q_row, kv_row0, n_tiles, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+                              PINGPONG)),
         # 4 more warps compute rows 64-127.
-        (_second_warpgroup, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_row, kv_row0, n_tiles,
-                             qk_scale, lse_ptr, o_desc, 1, CAUSAL, STORE_LSE, PINGPONG)),
+        (_second_warpgroup, (descs, smem, bars, q_row, kv_row0, n_tiles, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
+                             PINGPONG)),
         # 1 warp issues the copies.
-        (_load_partition, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_row, kv_row0, n_tiles,
-                           qk_scale, lse_ptr, o_desc, 0, CAUSAL, STORE_LSE, PINGPONG)),
+        (_load_partition, (descs, smem, bars, q_row, kv_row0, n_tiles, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+                           PINGPONG)),
     ], [4, 1], [240, 24])
 # --8<-- [end:kernel]
 

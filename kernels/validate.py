@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from kernels import interpreting
@@ -48,3 +50,11 @@ def check_contiguous(name: str, tensor: torch.Tensor) -> None:
 def check_ndim(name: str, tensor: torch.Tensor, ndim: int) -> None:
     if tensor.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got {tensor.ndim}-D with shape {tuple(tensor.shape)}")
+
+
+def softmax_scale(sm_scale: float | None, head_dim: int) -> float:
+    """The attention softmax scale: 1/sqrt(head_dim) by default, else sm_scale if it is positive and finite."""
+    scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+    if not (scale > 0 and math.isfinite(scale)):
+        raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale}")
+    return scale

@@ -78,6 +78,13 @@ def test_gluon_cannot_take_triton_switches(device):
         fast.attention(q, q, q, gluon=True, USE_TMA=False)
 
 
+@pytest.mark.parametrize("scale", [0.0, -1.0, float("nan"), float("inf")])
+def test_bad_scale_is_an_error_on_every_path(device, scale):
+    q = torch.randn(1, 1, 128, 64, device=device, dtype=torch.float16)
+    with pytest.raises(ValueError, match="sm_scale must be a positive finite number"):
+        fast.attention(q, q, q, sm_scale=scale)
+
+
 def test_fallback_reason_names_the_interpreter():
     if HAS_CUDA:
         pytest.skip("the interpreter is only used without a GPU")
@@ -198,3 +205,13 @@ def test_gluon_kernel_writes_every_element_and_matches_float64(rng, pingpong, n,
     if causal:
         s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool, device="cuda").tril(), float("-inf"))
     torch.testing.assert_close(lse.double(), torch.logsumexp(s, dim=-1), rtol=0, atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_gluon_on_a_gpu_other_than_hopper_is_refused(rng, monkeypatch):
+    q, k, v = make_qkv(1, 2, 256, 64, torch.float16, "cuda", rng)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
+    with pytest.raises(ValueError, match=r"gluon=True needs a Hopper GPU \(compute capability 9.0\); .* has 10.0"):
+        fast.attention(q, k, v, gluon=True)
+    # Without gluon=True, such a GPU takes the Triton kernel (on this GPU it still runs, so check it).
+    assert rel_error(fast.attention(q, k, v), reference(q, k, v, False)) < TOLERANCE[torch.float16]
