@@ -172,6 +172,8 @@ def test_odd_inputs_fall_back_correctly(rng, n_q, n_k, d, dtype):
 
 needs_hopper = pytest.mark.skipif(not HAS_CUDA or torch.cuda.get_device_capability()[0] != 9,
                                   reason="the Gluon kernel uses Hopper's wgmma (compute capability 9.0)")
+# The Gluon kernel's schedules: the final one, and the worklog's earlier steps (one program per item, ping-pong).
+SCHEDULES = {"persistent": {}, "per_item": {"persistent": False}, "pingpong": {"persistent": False, "pingpong": True}}
 
 
 @pytest.mark.gpu
@@ -192,19 +194,32 @@ def test_hopper_fast_path_is_the_gluon_kernel(rng, monkeypatch):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("n", [128, 384, 1152])  # one tile, an odd number of tiles, more tiles than stages
-@pytest.mark.parametrize("pingpong", [False, True], ids=["", "pingpong"])  # the worklog's dropped step too
-def test_gluon_kernel_writes_every_element_and_matches_float64(rng, pingpong, n, d, causal, dtype):
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+def test_gluon_kernel_writes_every_element_and_matches_float64(rng, schedule, n, d, causal, dtype):
     q, k, v = make_qkv(2, 3, n, d, dtype, "cuda", rng)
     q[1, 2, n - 1] *= 60.0  # one row with very large logits: its running max jumps, and must stay finite
     out = torch.full_like(q, float("nan"))
     out, lse = hopper.attention(q, k, v, causal=causal, sm_scale=1 / math.sqrt(d), return_lse=True, out=out,
-                                pingpong=pingpong)
+                                **SCHEDULES[schedule])
     assert not out.isnan().any(), "some output element was never written"
     assert rel_error(out, reference(q, k, v, causal)) < TOLERANCE[dtype]
     s = (q.double() @ k.double().transpose(-1, -2)) / math.sqrt(d)
     if causal:
         s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool, device="cuda").tril(), float("-inf"))
     torch.testing.assert_close(lse.double(), torch.logsumexp(s, dim=-1), rtol=0, atol=1e-3)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_persistent_programs_take_many_items_and_a_short_last_group(rng, d, causal):
+    # 285 heads x 3 query blocks: 855 items, several pairs per program, and one program ends on a lone item.
+    q, k, v = make_qkv(5, 57, 384, d, torch.float16, "cuda", rng)
+    out = torch.full_like(q, float("nan"))
+    out = hopper.attention(q, k, v, causal=causal, sm_scale=1 / math.sqrt(d), return_lse=False, out=out)
+    assert not out.isnan().any(), "some output element was never written"
+    assert rel_error(out, reference(q, k, v, causal)) < TOLERANCE[torch.float16]
 
 
 @pytest.mark.gpu
