@@ -25,6 +25,7 @@ The fast path needs fp16 or bf16, head dim 64 or 128, equal query and key length
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import torch
@@ -248,11 +249,17 @@ def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | Non
     return None
 
 
+@functools.cache  # asked on every call; the answer never changes
+def capability(device: torch.device) -> tuple[int, int]:
+    """The GPU's compute capability, (9, 0) on an H100."""
+    return torch.cuda.get_device_capability(device)
+
+
 def fallback_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     """Why these (valid) inputs cannot take the fast path on this machine, or None if they can."""
     if kernels.interpreting():
         return "the CPU interpreter (the fast path is compiled for Hopper GPUs)"
-    if torch.cuda.get_device_capability(q.device)[0] < 9:
+    if capability(q.device)[0] < 9:
         return "a GPU older than Hopper (tensor descriptors need compute capability 9.0)"
     return shape_reason(q, k, v)
 # --8<-- [end:rules]
@@ -287,7 +294,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     # Equal query and key lengths here, so both causal alignments are the same mask.
     batch, heads, seq, head_dim = q.shape
     # The Gluon kernel is built from Hopper's own instructions (wgmma): compute capability 9.0 only.
-    major, minor = torch.cuda.get_device_capability(q.device)
+    major, minor = capability(q.device)
     if gluon is None:
         gluon = not features and config is None and major == 9
     elif gluon and major != 9:

@@ -44,7 +44,8 @@ def fake_grid(ratio_low):
         fast = 450.0 * (ratio_low if n == 1024 else 1.05)
         rows.append({"dtype": dtype, "head_dim": d, "causal": causal, "N": n, "fast": fast, "readable": 400.0,
                      "sdpa_cudnn": 450.0, "sdpa_flash": 300.0, "sdpa_efficient": None, "best_peer": "sdpa_cudnn",
-                     "best_peer_tflops": 450.0, "ratio": fast / 450.0})
+                     "best_peer_tflops": 450.0, "ratio": fast / 450.0,
+                     "host_us": {"fast": 120.0, "sdpa_cudnn": 70.0}})
     return {"rows": rows}
 
 
@@ -56,6 +57,17 @@ def test_grid_views_targets_met():
     assert "| float16 | 64 | no | 1024 |" in fast_attention.table(result)
     assert "1.43× to 1.57×" in fast_attention.against_fa2(result)
     assert svg_bytes(fast_attention.plot(result)).startswith(b"<?xml")
+
+
+def test_host_time_view_sets_cpu_time_beside_gpu_time():
+    result = fake_grid(0.95)
+    text = fast_attention.host_time(result)
+    # fp16, D=64, non-causal, N=1024: 4 * 16 * 32 * 1024^2 * 64 FLOP at 450 * 0.95 TFLOP/s = 321 µs.
+    assert "| 64 | no | 1024 | 321 | 120 | 70 |" in text
+    assert len([line for line in text.splitlines() if line.startswith("| 1")]) == 4  # D=128 rows, N ≤ 2048
+    for row in result["rows"]:
+        del row["host_us"]
+    assert "did not record" in fast_attention.host_time(result)
 
 
 def test_grid_views_targets_missed():

@@ -225,7 +225,7 @@ def test_persistent_programs_take_many_items_and_a_short_last_group(rng, d, caus
 @pytest.mark.gpu
 def test_gluon_on_a_gpu_other_than_hopper_is_refused(rng, monkeypatch):
     q, k, v = make_qkv(1, 2, 256, 64, torch.float16, "cuda", rng)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (10, 0))
+    monkeypatch.setattr(fast, "capability", lambda device: (10, 0))
     with pytest.raises(ValueError, match=r"gluon=True needs a Hopper GPU \(compute capability 9.0\); .* has 10.0"):
         fast.attention(q, k, v, gluon=True)
     # Without gluon=True, such a GPU takes the Triton kernel (on this GPU it still runs, so check it).

@@ -54,7 +54,7 @@ def _measure(dtype_name: str, d: int, causal: bool, n: int) -> dict:
     for name, fn in ours.items():
         err = (fn().float() - expected.float()).abs().max().item()
         assert err < 3e-2, f"{name} kernel is wrong at {dtype_name} d={d} causal={causal} N={n}: {err:.3g}"
-    flops = 4 * batch * heads * n * n * d * (0.5 if causal else 1.0)
+    flops = _flops(d, causal, n)
     fns = {**ours, **{name: _sdpa(backend, q, k, v, causal) for name, backend in BACKENDS.items()}}
     # One timing per implementation first (None: the backend refused these inputs), then ROUNDS more,
     # interleaved, so that clock drift touches every implementation alike; each keeps its median.
@@ -66,11 +66,35 @@ def _measure(dtype_name: str, d: int, causal: bool, n: int) -> dict:
     row = {"dtype": dtype_name, "head_dim": d, "causal": causal, "N": n, "readable": None}
     for name, values in times.items():
         row[name] = None if values[0] is None else tflops(flops, statistics.median(values))
+    row["host_us"] = {name: _host_us(fn) for name, fn in fns.items() if times[name][0] is not None}
     peers = {name: row[name] for name in BACKENDS if row[name] is not None}
     row["best_peer"] = max(peers, key=peers.get)
     row["best_peer_tflops"] = peers[row["best_peer"]]
     row["ratio"] = row["fast"] / row["best_peer_tflops"]
     return row
+
+
+def _flops(d: int, causal: bool, n: int) -> float:
+    return 4 * (TOKENS // n) * HEADS[d] * n * n * d * (0.5 if causal else 1.0)
+
+
+def _host_us(fn, calls: int = 20) -> float:
+    """CPU time of one call in microseconds: the Python wrapper and the launch, not the kernel.
+
+    Calls return before their kernels finish, so this is the time the CPU needs to queue one call. When
+    it approaches the kernel's own time, back-to-back calls leave the GPU waiting for the CPU, and a GPU
+    timer measures the CPU."""
+    import time
+
+    import torch
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
 
 
 # --- views -------------------------------------------------------------------------------------------------
@@ -139,6 +163,22 @@ def verdict(result: dict) -> str:
     return "\n".join(lines)
 
 
+def host_time(result: dict) -> str:
+    """CPU time per call next to the kernel's GPU time, for the short fp16 rows, where the two come closest."""
+    rows = [r for r in result["rows"] if r["dtype"] == "float16" and r["N"] <= TARGET_FROM and "host_us" in r]
+    if not rows:
+        return "This run did not record CPU time per call."
+    headers = ["D", "causal", "N", "fast kernel on the GPU (µs)", "fast wrapper on the CPU (µs)",
+               "cuDNN call on the CPU (µs)"]
+    table_rows = []
+    for r in rows:
+        gpu_us = _flops(r["head_dim"], r["causal"], r["N"]) / (r["fast"] * 1e12) * 1e6
+        table_rows.append([r["head_dim"], "yes" if r["causal"] else "no", r["N"], f"{gpu_us:.0f}",
+                           f"{r['host_us']['fast']:.0f}", f"{r['host_us'].get('sdpa_cudnn', float('nan')):.0f}"])
+    return render.table(headers, table_rows) + ("\n\nCPU time: 20 calls queued back to back, divided by 20. GPU "
+                                                "time: from the median TFLOP/s of the same row.")
+
+
 def against_fa2(result: dict) -> str:
     """How the fast kernel compares with the FlashAttention-2 backend, which the earlier chapters aimed at."""
     ratios = [r["fast"] / r["sdpa_flash"] for r in result["rows"] if r["sdpa_flash"]]
@@ -155,5 +195,5 @@ BENCHMARK = Benchmark(
     sources=["kernels/flash_attention.py", "kernels/flash_attention_fast.py", "kernels/flash_attention_hopper.py",
              "book/bench/fast_attention.py"],
     run=run,
-    views={"table": table, "plot": plot, "verdict": verdict, "against-fa2": against_fa2},
+    views={"table": table, "plot": plot, "verdict": verdict, "against-fa2": against_fa2, "host-time": host_time},
 )
