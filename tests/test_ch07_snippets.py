@@ -38,3 +38,9 @@ def test_tile_budget():
     assert fresh == stored
     assert "(100% of the products)" in fresh and "(50% of the products)" in fresh
     assert "each computing warpgroup 240" in fresh
+
+
+def test_persistent_pairs():
+    stored, fresh = snippets.check("snippets/ch07/persistent_pairs.py")
+    assert fresh == stored
+    assert "busiest program 72 tiles, idlest 63" in fresh  # pairs: balanced up to one pair of 9 tiles
