@@ -66,7 +66,8 @@ def _measure(dtype_name: str, d: int, causal: bool, n: int) -> dict:
     row = {"dtype": dtype_name, "head_dim": d, "causal": causal, "N": n, "readable": None}
     for name, values in times.items():
         row[name] = None if values[0] is None else tflops(flops, statistics.median(values))
-    row["host_us"] = {name: _host_us(fn) for name, fn in fns.items() if times[name][0] is not None}
+    for name, fn in fns.items():  # rows hold plain values: one key per implementation
+        row[f"host_us_{name}"] = None if times[name][0] is None else _host_us(fn)
     peers = {name: row[name] for name in BACKENDS if row[name] is not None}
     row["best_peer"] = max(peers, key=peers.get)
     row["best_peer_tflops"] = peers[row["best_peer"]]
@@ -165,7 +166,7 @@ def verdict(result: dict) -> str:
 
 def host_time(result: dict) -> str:
     """CPU time per call next to the kernel's GPU time, for the short fp16 rows, where the two come closest."""
-    rows = [r for r in result["rows"] if r["dtype"] == "float16" and r["N"] <= TARGET_FROM and "host_us" in r]
+    rows = [r for r in result["rows"] if r["dtype"] == "float16" and r["N"] <= TARGET_FROM and "host_us_fast" in r]
     if not rows:
         return "This run did not record CPU time per call."
     headers = ["D", "causal", "N", "fast kernel on the GPU (µs)", "fast wrapper on the CPU (µs)",
@@ -174,9 +175,13 @@ def host_time(result: dict) -> str:
     for r in rows:
         gpu_us = _flops(r["head_dim"], r["causal"], r["N"]) / (r["fast"] * 1e12) * 1e6
         table_rows.append([r["head_dim"], "yes" if r["causal"] else "no", r["N"], f"{gpu_us:.0f}",
-                           f"{r['host_us']['fast']:.0f}", f"{r['host_us'].get('sdpa_cudnn', float('nan')):.0f}"])
+                           _micros(r["host_us_fast"]), _micros(r["host_us_sdpa_cudnn"])])
     return render.table(headers, table_rows) + ("\n\nCPU time: 20 calls queued back to back, divided by 20. GPU "
                                                 "time: from the median TFLOP/s of the same row.")
+
+
+def _micros(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f}"
 
 
 def against_fa2(result: dict) -> str:
