@@ -16,6 +16,7 @@ This file uses that control for three things the Triton kernel could not get on 
   the current one, and each output leaves through its own buffer while the next item starts.
 
 PINGPONG (tried in chapter 7, off by default) makes the two warpgroups take turns to start their products.
+EXP2_ON_FMA (tried, 0 by default) computes some of the exponentials with a polynomial on the FMA units.
 
 The algorithm is chapter 5's (FlashAttention-2 loop order, online softmax in base 2). The inputs are the
 fast path's: fp16 or bf16, head dim 64 or 128, equal query and key lengths that are a multiple of 128,
@@ -91,7 +92,8 @@ def _items_of_this_program(n_items, GROUP: gl.constexpr):
 # --8<-- [start:load]
 @gluon.jit
 def _load_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
-                    CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr, GROUP: gl.constexpr):
+                    CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr, GROUP: gl.constexpr,
+                    EXP2_ON_FMA: gl.constexpr):
     """One warp: per item, both Q halves once its Q buffer is free, then K_j and V_j into the ring."""
     q_desc, k_desc, v_desc, o_desc = descs
     q_smem, k_smem, v_smem, o_smem = smem
@@ -120,9 +122,49 @@ def _load_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, WARP
 # --8<-- [end:load]
 
 
+def _exp2_asm(on_fma: int) -> str:
+    """PTX for 2^x on 4 scores: 4 - on_fma on the special-function units, on_fma on the FMA units.
+
+    On the FMA units, 2^x = 2^i * 2^f with i = floor(x) and f = x - i in [0, 1): a degree-3 polynomial
+    gives 2^f in [1, 2) (relative error under 1e-4, below fp16's rounding of P), and adding i to the
+    float's exponent bits multiplies by 2^i. x is clamped at -126 first, so masked scores (-inf) give a
+    number too small to matter (2^-126) and the exponent field never wraps below zero.
+    """
+    lines = ["{", ".reg .f32 x<4>, lo<4>, fr<4>, p<4>;", ".reg .s32 e<4>, b<4>;"]
+    for k in range(4):
+        if k < 4 - on_fma:
+            lines.append(f"ex2.approx.ftz.f32 ${k}, ${k + 4};")
+            continue
+        lines += [f"max.f32 x{k}, ${k + 4}, 0fC2FC0000;",  # -126.0: the smallest power of two with a normal exponent
+                  f"cvt.rmi.f32.f32 lo{k}, x{k};", f"sub.f32 fr{k}, x{k}, lo{k};",
+                  f"fma.rn.f32 p{k}, fr{k}, 0f3D9FCB51, 0f3E677E27;",  # 0.0780245 f + 0.2260672
+                  f"fma.rn.f32 p{k}, p{k}, fr{k}, 0f3F322226;",  # ... f + 0.6958336
+                  f"fma.rn.f32 p{k}, p{k}, fr{k}, 0f3F7FFB19;",  # ... f + 0.9999252
+                  f"cvt.rzi.s32.f32 e{k}, lo{k};", f"shl.b32 e{k}, e{k}, 23;",
+                  f"mov.b32 b{k}, p{k};", f"add.s32 b{k}, b{k}, e{k};", f"mov.b32 ${k}, b{k};"]
+    return "\n".join(lines + ["}"])
+
+
+_EXP2_ASM_1 = gl.constexpr(_exp2_asm(1))
+_EXP2_ASM_2 = gl.constexpr(_exp2_asm(2))
+
+
+@gluon.jit
+def _exp2(x, ON_FMA: gl.constexpr):
+    """2^x, with ON_FMA of every 4 exponentials computed on the FMA units instead of the special-function units."""
+    if ON_FMA == 0:
+        return gl.exp2(x)
+    elif ON_FMA == 1:
+        return gl.inline_asm_elementwise(_EXP2_ASM_1, "=r,=r,=r,=r,r,r,r,r", [x], dtype=gl.float32, is_pure=True,
+                                         pack=4)
+    else:
+        return gl.inline_asm_elementwise(_EXP2_ASM_2, "=r,=r,=r,=r,r,r,r,r", [x], dtype=gl.float32, is_pure=True,
+                                         pack=4)
+
+
 # --8<-- [start:softmax]
 @gluon.jit
-def _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, CAUSAL: gl.constexpr):
+def _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, CAUSAL: gl.constexpr, EXP2_ON_FMA: gl.constexpr):
     """Fold one tile of raw scores into the running max m_i and sum l_i (base 2); return p and alpha."""
     if CAUSAL:
         block_n: gl.constexpr = s.shape[1]
@@ -132,7 +174,7 @@ def _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, CAUSAL: gl.constexpr):
             s = gl.where(keys[None, :] <= rows[:, None], s, -float("inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
     alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(gl.fma(s, qk_scale, -m_new[:, None]))
+    p = _exp2(gl.fma(s, qk_scale, -m_new[:, None]), EXP2_ON_FMA)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, alpha, m_new, l_i
 # --8<-- [end:softmax]
@@ -141,7 +183,8 @@ def _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, CAUSAL: gl.constexpr):
 # --8<-- [start:compute]
 @gluon.jit
 def _compute_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
-                       CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr, GROUP: gl.constexpr):
+                       CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr, GROUP: gl.constexpr,
+                       EXP2_ON_FMA: gl.constexpr):
     """One warpgroup: per item, 64 query rows against its K/V tiles, the next scores overlapping this softmax."""
     q_desc, k_desc, v_desc, o_desc = descs
     q_smem, k_smem, v_smem, o_smem = smem
@@ -177,7 +220,7 @@ def _compute_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, W
             mbarrier.arrive(q_free, count=1)
         m_i = gl.full([ROWS_PER_WARPGROUP], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
         l_i = gl.zeros([ROWS_PER_WARPGROUP], gl.float32, gl.SliceLayout(1, s_layout))
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, first_row, CAUSAL)
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, first_row, CAUSAL, EXP2_ON_FMA)
         p = gl.convert_layout(p.to(dtype), p_layout)
         acc = gl.zeros([ROWS_PER_WARPGROUP, head_dim], gl.float32, o_layout)
 
@@ -199,7 +242,7 @@ def _compute_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, W
             mbarrier.arrive(k_free.index(slot), count=1)
             if j == n_tiles - 1:
                 mbarrier.arrive(q_free, count=1)
-            p_next, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, CAUSAL)
+            p_next, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, CAUSAL, EXP2_ON_FMA)
             p_next = gl.convert_layout(p_next.to(dtype), p_layout)  # 16-bit: half the registers to carry
             # Now the product must be done: free V_{j-1}, then rescale O to the new running max.
             acc, p = warpgroup_mma_wait(0, deps=[acc, p])
@@ -231,10 +274,11 @@ def _compute_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, W
 
 @gluon.jit
 def _second_warpgroup(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
-                      CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr, GROUP: gl.constexpr):
+                      CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr, GROUP: gl.constexpr,
+                      EXP2_ON_FMA: gl.constexpr):
     """Worker partitions share one signature; this one runs the compute role for the second 64 rows."""
     _compute_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE, PINGPONG,
-                       GROUP)
+                       GROUP, EXP2_ON_FMA)
 # --8<-- [end:compute]
 
 
@@ -242,7 +286,7 @@ def _second_warpgroup(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, WA
 @gluon.jit
 def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, seq_len, n_items,
                        CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, STAGES: gl.constexpr,
-                       PINGPONG: gl.constexpr, GROUP: gl.constexpr):
+                       PINGPONG: gl.constexpr, GROUP: gl.constexpr, EXP2_ON_FMA: gl.constexpr):
     # Shared memory: the two Q halves, the two output halves, and a ring of STAGES slots for K and for V.
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
     o_smem = gl.allocate_shared_memory(o_desc.dtype, [2] + o_desc.block_type.shape, o_desc.layout)
@@ -274,13 +318,13 @@ def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, seq_le
     gl.warp_specialize([
         # The kernel's own 4 warps compute query rows 0-63 of each item.
         (_compute_partition, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
-                              PINGPONG, GROUP)),
+                              PINGPONG, GROUP, EXP2_ON_FMA)),
         # 4 more warps compute rows 64-127.
         (_second_warpgroup, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
-                             PINGPONG, GROUP)),
+                             PINGPONG, GROUP, EXP2_ON_FMA)),
         # 1 warp issues the copies.
         (_load_partition, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
-                           PINGPONG, GROUP)),
+                           PINGPONG, GROUP, EXP2_ON_FMA)),
     ], [4, 1], [240, 24])
 # --8<-- [end:kernel]
 
@@ -291,12 +335,14 @@ STAGES = 2  # K/V slots in the ring; a third gained nothing at head dim 64 in ou
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, sm_scale: float,
-              return_lse: bool, out: torch.Tensor | None = None, pingpong: bool = False, persistent: bool = True):
+              return_lse: bool, out: torch.Tensor | None = None, pingpong: bool = False, persistent: bool = True,
+              exp2_on_fma: int = 0):
     """The Gluon kernel on inputs the fast path has already checked (see kernels.flash_attention_fast).
 
     `out`, if given, must be a contiguous tensor like q; the tests pass one filled with NaN. `pingpong`
     turns on the schedule that chapter 7 tried and dropped; `persistent=False` launches one program per
-    work item, as the worklog's step before the persistent grid did.
+    work item, as the worklog's step before the persistent grid did; `exp2_on_fma` (0, 1 or 2) moves that
+    many of every 4 exponentials to the FMA units, the last step chapter 7 tried and dropped.
     """
     batch, heads, seq, head_dim = q.shape
     out = torch.empty_like(q) if out is None else out
@@ -317,6 +363,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         descriptor(q, ROWS_PER_WARPGROUP.value), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N),
         descriptor(out, ROWS_PER_WARPGROUP.value), lse, sm_scale * LOG2_E, seq, n_items,
         CAUSAL=bool(causal), STORE_LSE=return_lse, STAGES=STAGES, PINGPONG=pingpong, GROUP=group,
+        EXP2_ON_FMA=exp2_on_fma,
         # 4 + 4 + 1 warps run as 3 warpgroups (384 threads); 168 registers each on average fill the
         # register file, and the copying warp's 24 leave 240 to each computing warpgroup.
         num_warps=4, maxnreg=168,

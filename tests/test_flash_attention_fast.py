@@ -172,8 +172,10 @@ def test_odd_inputs_fall_back_correctly(rng, n_q, n_k, d, dtype):
 
 needs_hopper = pytest.mark.skipif(not HAS_CUDA or torch.cuda.get_device_capability()[0] != 9,
                                   reason="the Gluon kernel uses Hopper's wgmma (compute capability 9.0)")
-# The Gluon kernel's schedules: the final one, and the worklog's earlier steps (one program per item, ping-pong).
-SCHEDULES = {"persistent": {}, "per_item": {"persistent": False}, "pingpong": {"persistent": False, "pingpong": True}}
+# The Gluon kernel's variants: the final one, and the worklog's other steps (one program per item, ping-pong,
+# exponentials on the FMA units).
+SCHEDULES = {"persistent": {}, "per_item": {"persistent": False}, "pingpong": {"persistent": False, "pingpong": True},
+             "exp2_on_fma": {"exp2_on_fma": 1}}
 
 
 @pytest.mark.gpu

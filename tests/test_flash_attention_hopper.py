@@ -18,7 +18,7 @@ from book import ROOT
 SHARED_MEMORY_PER_BLOCK = 227 * 1024  # H100 datasheet: up to 227 KB of shared memory per thread block
 
 
-def compile_for_hopper(head_dim: int, causal: bool) -> dict:
+def compile_for_hopper(head_dim: int, causal: bool, exp2_on_fma: int = 0) -> dict:
     """Compile the kernel for compute capability 9.0; runs in the subprocess."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -34,8 +34,10 @@ def compile_for_hopper(head_dim: int, causal: bool) -> dict:
     q_block, kv_block = descriptor_type(hopper.BLOCK_M // 2), descriptor_type(hopper.BLOCK_N)
     signature = {"q_desc": q_block, "k_desc": kv_block, "v_desc": kv_block, "o_desc": q_block, "lse_ptr": "*fp32",
                  "qk_scale": "fp32", "seq_len": "i32", "n_items": "i32", "CAUSAL": "constexpr",
-                 "STORE_LSE": "constexpr", "STAGES": "constexpr", "PINGPONG": "constexpr", "GROUP": "constexpr"}
-    constants = {"CAUSAL": causal, "STORE_LSE": True, "STAGES": hopper.STAGES, "PINGPONG": False, "GROUP": 2}
+                 "STORE_LSE": "constexpr", "STAGES": "constexpr", "PINGPONG": "constexpr", "GROUP": "constexpr",
+                 "EXP2_ON_FMA": "constexpr"}
+    constants = {"CAUSAL": causal, "STORE_LSE": True, "STAGES": hopper.STAGES, "PINGPONG": False, "GROUP": 2,
+                 "EXP2_ON_FMA": exp2_on_fma}
     source = GluonASTSource(fn=hopper._hopper_fwd_kernel, signature=signature, constexprs=constants)
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": 168})
     return {"ptx": compiled.asm["ptx"], "shared": compiled.metadata.shared}

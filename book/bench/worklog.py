@@ -101,6 +101,13 @@ STEPS = [
          "of that; more on causal shapes and short sequences, where a program has fewer tiles to spread that "
          "cost over.",
          {}, gluon={}),
+    Step("poly_exp2", "Exponentials on the FMA units (tried)", "Compute one of every four exponentials of P "
+         "with a degree-3 polynomial on the FMA units (2^x = 2^floor(x) * 2^frac(x), the power of two added "
+         "straight into the float's exponent bits), as FlashAttention-4 does on Blackwell, instead of on the "
+         "special-function units.",
+         "Up to 5-10% at head dim 64, if the special-function units are what the overlap waits for there; "
+         "nothing or a small loss at head dim 128, where they have time to spare.",
+         {}, gluon={"exp2_on_fma": 1}, kept=False),
 ]
 
 
