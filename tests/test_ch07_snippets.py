@@ -44,3 +44,9 @@ def test_persistent_pairs():
     stored, fresh = snippets.check("snippets/ch07/persistent_pairs.py")
     assert fresh == stored
     assert "busiest program 72 tiles, idlest 63" in fresh  # pairs: balanced up to one pair of 9 tiles
+
+
+def test_exp2_poly():
+    stored, fresh = snippets.check("snippets/ch07/exp2_poly.py")
+    assert fresh == stored
+    assert "largest relative error on [-40, 0]: 7.5e-05" in fresh and "clamp -126.0" in fresh
