@@ -344,6 +344,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     work item, as the worklog's step before the persistent grid did; `exp2_on_fma` (0, 1 or 2) moves that
     many of every 4 exponentials to the FMA units, the last step chapter 7 tried and dropped.
     """
+    if exp2_on_fma not in (0, 1, 2):  # the kernel would read 3 or 4 as 2
+        raise ValueError(f"exp2_on_fma must be 0, 1 or 2 (of every 4 exponentials), got {exp2_on_fma!r}")
     batch, heads, seq, head_dim = q.shape
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty((batch, heads, seq), device=q.device, dtype=torch.float32) if return_lse else out

@@ -45,7 +45,8 @@ def fake_grid(ratio_low):
         rows.append({"dtype": dtype, "head_dim": d, "causal": causal, "N": n, "fast": fast, "readable": 400.0,
                      "sdpa_cudnn": 450.0, "sdpa_flash": 300.0, "sdpa_efficient": None, "best_peer": "sdpa_cudnn",
                      "best_peer_tflops": 450.0, "ratio": fast / 450.0,
-                     "host_us_fast": 120.0, "host_us_sdpa_cudnn": 70.0})
+                     "host_us_fast": 120.0, "host_us_sdpa_cudnn": 70.0, "plain_fast": 0.8 * fast,
+                     "plain_sdpa_cudnn": 450.0, "plain_sdpa_flash": 300.0, "plain_sdpa_efficient": None})
     return {"rows": rows}
 
 
@@ -62,12 +63,13 @@ def test_grid_views_targets_met():
 def test_host_time_view_sets_cpu_time_beside_gpu_time():
     result = fake_grid(0.95)
     text = fast_attention.host_time(result)
-    # fp16, D=64, non-causal, N=1024: 4 * 16 * 32 * 1024^2 * 64 FLOP at 450 * 0.95 TFLOP/s = 321 µs.
-    assert "| 64 | no | 1024 | 321 | 120 | 70 |" in text
+    # fp16, D=64, non-causal, N=1024: 4 * 16 * 32 * 1024^2 * 64 FLOP at 450 * 0.95 TFLOP/s = 321 µs, at 450
+    # TFLOP/s (cuDNN) 305 µs; plain calls: 0.8 * 0.95 of cuDNN's plain-call rate.
+    assert "| 64 | no | 1024 | 321 | 120 | 305 | 70 | 0.95× | 0.76× |" in text
     assert len([line for line in text.splitlines() if line.startswith("| 1")]) == 4  # D=128 rows, N ≤ 2048
     for row in result["rows"]:
-        del row["host_us_fast"]
-    assert "did not record" in fast_attention.host_time(result)
+        del row["plain_fast"]
+    assert "did not time plain calls" in fast_attention.host_time(result)
 
 
 def test_grid_views_targets_missed():

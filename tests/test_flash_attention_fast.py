@@ -85,6 +85,13 @@ def test_bad_scale_is_an_error_on_every_path(device, scale):
         fast.attention(q, q, q, sm_scale=scale)
 
 
+@pytest.mark.parametrize("value", [3, -1])
+def test_gluon_exponential_switch_takes_0_1_or_2(device, value):
+    q = torch.randn(1, 1, 128, 64, device=device, dtype=torch.float16)
+    with pytest.raises(ValueError, match=f"exp2_on_fma must be 0, 1 or 2 .*, got {value}"):
+        hopper.attention(q, q, q, causal=False, sm_scale=0.125, return_lse=False, exp2_on_fma=value)
+
+
 def test_fallback_reason_names_the_interpreter():
     if HAS_CUDA:
         pytest.skip("the interpreter is only used without a GPU")
