@@ -14,6 +14,7 @@ def gpu_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) -> 
     return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
 
 
+# --8<-- [start:graphed]
 def gpu_ms_graphed(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) -> float:
     """Like gpu_ms, but fn is captured once in a CUDA graph and the graph is what gets timed.
 
@@ -29,6 +30,7 @@ def gpu_ms_graphed(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 
     with torch.cuda.graph(graph):
         fn()
     return gpu_ms(graph.replay, warmup_ms, rep_ms)
+# --8<-- [end:graphed]
 
 
 def cpu_ms(fn: Callable[[], object], min_repeats: int = 5, budget_s: float = 1.0) -> float:
