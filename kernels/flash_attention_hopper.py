@@ -48,12 +48,11 @@ _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_globa
 
 LOG2_E = 1.4426950408889634
 ROWS_PER_WARPGROUP = gl.constexpr(64)  # one wgmma covers 64 rows: 4 warps x 16 rows
-BLOCK_M = 2 * ROWS_PER_WARPGROUP.value  # two computing warpgroups share each K/V tile
 
 
 # --8<-- [start:items]
 @gluon.jit
-def _item(k, seq_len, block_n: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
+def _item(k, seq_len, block_m: gl.constexpr, block_n: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
     """This program's k-th work item: its first Q row and first K/V row in the 2-D views, and its K/V tiles.
 
     Program p takes groups p, p + programs, p + 2 * programs, ... of GROUP consecutive items, numbered
@@ -61,7 +60,7 @@ def _item(k, seq_len, block_n: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.con
     the grid starts with the longest causal items. In pairs (GROUP 2) they go in zigzag order (the last
     block, the first, the second last, the second, ...), so every pair holds the same causal work.
     """
-    m_blocks = seq_len // (2 * ROWS_PER_WARPGROUP)
+    m_blocks = gl.cdiv(seq_len, block_m)
     item = GROUP * (gl.program_id(0) + (k // GROUP) * gl.num_programs(0)) + k % GROUP
     r = item % m_blocks
     if GROUP == 1:
@@ -71,10 +70,10 @@ def _item(k, seq_len, block_n: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.con
         block = odd * (r // 2) + (1 - odd) * (m_blocks - 1 - r // 2)
     kv_row0 = (item // m_blocks) * seq_len
     if CAUSAL:  # keys up to the block's last query
-        n_tiles = gl.cdiv((block + 1) * (2 * ROWS_PER_WARPGROUP), block_n)
+        n_tiles = gl.minimum(gl.cdiv((block + 1) * block_m, block_n), seq_len // block_n)
     else:
         n_tiles = seq_len // block_n
-    return kv_row0 + block * (2 * ROWS_PER_WARPGROUP), kv_row0, n_tiles
+    return kv_row0 + block * block_m, kv_row0, n_tiles
 
 
 @gluon.jit
@@ -100,15 +99,17 @@ def _load_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, WARP
     q_ready, q_free, k_ready, k_free, v_ready, v_free, turn = bars
     stages: gl.constexpr = k_smem.shape[0]
     block_n: gl.constexpr = k_smem.shape[1]
+    wgs: gl.constexpr = q_smem.shape[0]
+    block_m: gl.constexpr = wgs * ROWS_PER_WARPGROUP
     tile = 0  # K/V tiles copied so far, over all items: it picks the ring slot and the barrier phase
     for k in range(_items_of_this_program(n_items, GROUP)):
-        q_row, kv_row0, n_tiles = _item(k, seq_len, block_n, CAUSAL, GROUP)
+        q_row, kv_row0, n_tiles = _item(k, seq_len, block_m, block_n, CAUSAL, GROUP)
         # A barrier completes a phase each time all its arrivals are in. The first wait on a `free`
         # barrier asks for phase 1, which a fresh barrier counts as already complete.
         mbarrier.wait(q_free, (k & 1) ^ 1)
-        mbarrier.expect(q_ready, 2 * q_desc.block_type.nbytes)
-        _tma_load(q_desc, [q_row, 0], q_ready, q_smem.index(0))
-        _tma_load(q_desc, [q_row + ROWS_PER_WARPGROUP, 0], q_ready, q_smem.index(1))
+        mbarrier.expect(q_ready, wgs * q_desc.block_type.nbytes)
+        for w in gl.static_range(wgs):
+            _tma_load(q_desc, [q_row + w * ROWS_PER_WARPGROUP, 0], q_ready, q_smem.index(w))
         for j in range(n_tiles):
             slot = tile % stages
             free_phase = ((tile // stages) & 1) ^ 1
@@ -203,71 +204,86 @@ def _compute_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, W
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     q = q_smem.index(WARPGROUP)
     o = o_smem.index(WARPGROUP)
+    block_m: gl.constexpr = q_smem.shape[0] * ROWS_PER_WARPGROUP
     tile = 0  # K/V tiles used so far, over all items, as in the copying warp
     for k in range(_items_of_this_program(n_items, GROUP)):
-        q_row, kv_row0, n_tiles = _item(k, seq_len, block_n, CAUSAL, GROUP)
+        q_row, kv_row0, n_tiles = _item(k, seq_len, block_m, block_n, CAUSAL, GROUP)
         q_row += WARPGROUP * ROWS_PER_WARPGROUP
         first_row = q_row - kv_row0  # position of this warpgroup's first query in its sequence
-
+        # The tiles this warpgroup needs: with causal attention, the block's later rows may need more; rows
+        # past the end of a partial last block need none. It only frees the tiles it does not need.
+        n_mine = n_tiles
+        if CAUSAL:
+            n_mine = gl.minimum(gl.cdiv(first_row + ROWS_PER_WARPGROUP, block_n), n_tiles)
+        if first_row >= seq_len:
+            n_mine = 0
         mbarrier.wait(q_ready, k & 1)
-        # Tile 0 on its own: its scores, then its softmax (nothing to overlap with yet).
-        mbarrier.wait(k_ready.index(tile % stages), (tile // stages) & 1)
-        s = gl.zeros([ROWS_PER_WARPGROUP, block_n], gl.float32, s_layout)
-        s = warpgroup_mma(q, k_smem.index(tile % stages).permute((1, 0)), s, use_acc=False, is_async=True)
-        s = warpgroup_mma_wait(0, deps=[s])
-        mbarrier.arrive(k_free.index(tile % stages), count=1)
-        if n_tiles == 1:  # Q is no longer needed: the copying warp may bring the next item's
+        if n_mine == 0:
             mbarrier.arrive(q_free, count=1)
-        m_i = gl.full([ROWS_PER_WARPGROUP], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
-        l_i = gl.zeros([ROWS_PER_WARPGROUP], gl.float32, gl.SliceLayout(1, s_layout))
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, first_row, CAUSAL, EXP2_ON_FMA)
-        p = gl.convert_layout(p.to(dtype), p_layout)
-        acc = gl.zeros([ROWS_PER_WARPGROUP, head_dim], gl.float32, o_layout)
-
-        for j in range(1, n_tiles):
-            slot = (tile + j) % stages
-            prev = (tile + j - 1) % stages
-            # Start S_j = Q K_j^T, then O += P_{j-1} V_{j-1}: both run on the tensor cores, in this order.
-            mbarrier.wait(k_ready.index(slot), ((tile + j) // stages) & 1)
-            if PINGPONG:  # take turns with the other warpgroup: its softmax runs while our products do
-                mbarrier.wait(turn.index(WARPGROUP), (tile - k + j - 1) & 1)
-            s = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), s, use_acc=False, is_async=True)
-            mbarrier.wait(v_ready.index(prev), ((tile + j - 1) // stages) & 1)
-            acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
-            if PINGPONG:
-                mbarrier.arrive(turn.index(1 - WARPGROUP), count=1)
-            # Wait for the scores only (one product may stay in flight), free K_j, and run the softmax of
-            # tile j while O += P_{j-1} V_{j-1} is still on the tensor cores.
-            s = warpgroup_mma_wait(1, deps=[s])
-            mbarrier.arrive(k_free.index(slot), count=1)
-            if j == n_tiles - 1:
+        else:
+            # Tile 0 on its own: its scores, then its softmax (nothing to overlap with yet).
+            mbarrier.wait(k_ready.index(tile % stages), (tile // stages) & 1)
+            s = gl.zeros([ROWS_PER_WARPGROUP, block_n], gl.float32, s_layout)
+            s = warpgroup_mma(q, k_smem.index(tile % stages).permute((1, 0)), s, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(0, deps=[s])
+            mbarrier.arrive(k_free.index(tile % stages), count=1)
+            if n_mine == 1:  # Q is no longer needed: the copying warp may bring the next item's
                 mbarrier.arrive(q_free, count=1)
-            p_next, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, CAUSAL, EXP2_ON_FMA)
-            p_next = gl.convert_layout(p_next.to(dtype), p_layout)  # 16-bit: half the registers to carry
-            # Now the product must be done: free V_{j-1}, then rescale O to the new running max.
+            m_i = gl.full([ROWS_PER_WARPGROUP], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
+            l_i = gl.zeros([ROWS_PER_WARPGROUP], gl.float32, gl.SliceLayout(1, s_layout))
+            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, first_row, CAUSAL, EXP2_ON_FMA)
+            p = gl.convert_layout(p.to(dtype), p_layout)
+            acc = gl.zeros([ROWS_PER_WARPGROUP, head_dim], gl.float32, o_layout)
+
+            for j in range(1, n_mine):
+                slot = (tile + j) % stages
+                prev = (tile + j - 1) % stages
+                # Start S_j = Q K_j^T, then O += P_{j-1} V_{j-1}: both run on the tensor cores, in this order.
+                mbarrier.wait(k_ready.index(slot), ((tile + j) // stages) & 1)
+                if PINGPONG:  # take turns with the other warpgroup: its softmax runs while our products do
+                    mbarrier.wait(turn.index(WARPGROUP), (tile - k + j - 1) & 1)
+                s = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), s, use_acc=False, is_async=True)
+                mbarrier.wait(v_ready.index(prev), ((tile + j - 1) // stages) & 1)
+                acc = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
+                if PINGPONG:
+                    mbarrier.arrive(turn.index(1 - WARPGROUP), count=1)
+                # Wait for the scores only (one product may stay in flight), free K_j, and run the softmax of
+                # tile j while O += P_{j-1} V_{j-1} is still on the tensor cores.
+                s = warpgroup_mma_wait(1, deps=[s])
+                mbarrier.arrive(k_free.index(slot), count=1)
+                if j == n_mine - 1:
+                    mbarrier.arrive(q_free, count=1)
+                p_next, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, CAUSAL, EXP2_ON_FMA)
+                p_next = gl.convert_layout(p_next.to(dtype), p_layout)  # 16-bit: half the registers to carry
+                # Now the product must be done: free V_{j-1}, then rescale O to the new running max.
+                acc, p = warpgroup_mma_wait(0, deps=[acc, p])
+                mbarrier.arrive(v_free.index(prev), count=1)
+                acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
+                p = p_next
+
+            # The last tile's product, then normalize once.
+            last = (tile + n_mine - 1) % stages
+            mbarrier.wait(v_ready.index(last), ((tile + n_mine - 1) // stages) & 1)
+            acc = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
             acc, p = warpgroup_mma_wait(0, deps=[acc, p])
-            mbarrier.arrive(v_free.index(prev), count=1)
-            acc = acc * gl.convert_layout(alpha, o_rows)[:, None]
-            p = p_next
+            mbarrier.arrive(v_free.index(last), count=1)
+            out = acc / gl.convert_layout(l_i, o_rows)[:, None]
 
-        # The last tile's product, then normalize once.
-        last = (tile + n_tiles - 1) % stages
-        mbarrier.wait(v_ready.index(last), ((tile + n_tiles - 1) // stages) & 1)
-        acc = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
-        acc, p = warpgroup_mma_wait(0, deps=[acc, p])
-        mbarrier.arrive(v_free.index(last), count=1)
-        out = acc / gl.convert_layout(l_i, o_rows)[:, None]
-
-        # The output leaves through its own buffer by TMA, while this warpgroup moves on to the next item;
-        # only the buffer's previous store has to be finished first.
-        tma.store_wait(0)
-        o.store(out.to(dtype))
-        fence_async_shared()
-        _tma_store(o_desc, [q_row, 0], o)
-        if STORE_LSE:  # natural-log logsumexp per row, for a backward pass
-            rows = gl.arange(0, ROWS_PER_WARPGROUP, gl.SliceLayout(1, s_layout))
-            lse = (m_i + gl.log2(l_i)) / 1.4426950408889634
-            gl.store(lse_ptr + q_row + rows, lse)
+            # The output leaves through its own buffer by TMA, while this warpgroup moves on to the next item;
+            # only the buffer's previous store has to be finished first.
+            tma.store_wait(0)
+            o.store(out.to(dtype))
+            fence_async_shared()
+            _tma_store(o_desc, [q_row, 0], o)
+            if STORE_LSE:  # natural-log logsumexp per row, for a backward pass
+                rows = gl.arange(0, ROWS_PER_WARPGROUP, gl.SliceLayout(1, s_layout))
+                lse = (m_i + gl.log2(l_i)) / 1.4426950408889634
+                gl.store(lse_ptr + q_row + rows, lse)
+        for j in range(n_mine, n_tiles):  # tiles the other warpgroups need: free them at once
+            mbarrier.wait(k_ready.index((tile + j) % stages), ((tile + j) // stages) & 1)
+            mbarrier.arrive(k_free.index((tile + j) % stages), count=1)
+            mbarrier.wait(v_ready.index((tile + j) % stages), ((tile + j) // stages) & 1)
+            mbarrier.arrive(v_free.index((tile + j) % stages), count=1)
         tile += n_tiles
     tma.store_wait(0)
 
@@ -279,6 +295,14 @@ def _second_warpgroup(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, WA
     """Worker partitions share one signature; this one runs the compute role for the second 64 rows."""
     _compute_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE, PINGPONG,
                        GROUP, EXP2_ON_FMA)
+
+
+@gluon.jit
+def _third_warpgroup(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
+                     CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr, GROUP: gl.constexpr,
+                     EXP2_ON_FMA: gl.constexpr):
+    _compute_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 2, CAUSAL, STORE_LSE, PINGPONG,
+                       GROUP, EXP2_ON_FMA)
 # --8<-- [end:compute]
 
 
@@ -286,10 +310,11 @@ def _second_warpgroup(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, WA
 @gluon.jit
 def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, seq_len, n_items,
                        CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, STAGES: gl.constexpr,
-                       PINGPONG: gl.constexpr, GROUP: gl.constexpr, EXP2_ON_FMA: gl.constexpr):
+                       PINGPONG: gl.constexpr, GROUP: gl.constexpr, EXP2_ON_FMA: gl.constexpr,
+                       WARPGROUPS: gl.constexpr, WORKER_REGS: gl.constexpr):
     # Shared memory: the two Q halves, the two output halves, and a ring of STAGES slots for K and for V.
-    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
-    o_smem = gl.allocate_shared_memory(o_desc.dtype, [2] + o_desc.block_type.shape, o_desc.layout)
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [WARPGROUPS] + q_desc.block_type.shape, q_desc.layout)
+    o_smem = gl.allocate_shared_memory(o_desc.dtype, [WARPGROUPS] + o_desc.block_type.shape, o_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -299,12 +324,12 @@ def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, seq_le
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready, count=1)  # the copy's byte count completes it
-    mbarrier.init(q_free, count=2)  # both computing warpgroups must be done with Q
+    mbarrier.init(q_free, count=WARPGROUPS)  # both computing warpgroups must be done with Q
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_free.index(i), count=2)
-        mbarrier.init(v_free.index(i), count=2)
+        mbarrier.init(k_free.index(i), count=WARPGROUPS)
+        mbarrier.init(v_free.index(i), count=WARPGROUPS)
     # Whose turn it is to start tensor-core work (PINGPONG): the first warpgroup goes first.
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(turn.index(0), count=1)
@@ -315,38 +340,71 @@ def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, seq_le
     descs = (q_desc, k_desc, v_desc, o_desc)
     smem = (q_smem, k_smem, v_smem, o_smem)
     bars = (q_ready, q_free, k_ready, k_free, v_ready, v_free, turn)
-    gl.warp_specialize([
-        # The kernel's own 4 warps compute query rows 0-63 of each item.
-        (_compute_partition, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
-                              PINGPONG, GROUP, EXP2_ON_FMA)),
-        # 4 more warps compute rows 64-127.
-        (_second_warpgroup, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
-                             PINGPONG, GROUP, EXP2_ON_FMA)),
-        # 1 warp issues the copies.
-        (_load_partition, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
-                           PINGPONG, GROUP, EXP2_ON_FMA)),
-    ], [4, 1], [240, 24])
+    if WARPGROUPS == 2:
+        gl.warp_specialize([
+            # The kernel's own 4 warps compute query rows 0-63 of each item.
+            (_compute_partition, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+                                  PINGPONG, GROUP, EXP2_ON_FMA)),
+            # 4 more warps compute rows 64-127.
+            (_second_warpgroup, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
+                                 PINGPONG, GROUP, EXP2_ON_FMA)),
+            # 1 warp issues the copies.
+            (_load_partition, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+                               PINGPONG, GROUP, EXP2_ON_FMA)),
+        ], [4, 1], [WORKER_REGS, 24])
+    else:  # the same, with a third computing warpgroup for rows 128-191
+        gl.warp_specialize([
+            (_compute_partition, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+                                  PINGPONG, GROUP, EXP2_ON_FMA)),
+            (_second_warpgroup, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
+                                 PINGPONG, GROUP, EXP2_ON_FMA)),
+            (_third_warpgroup, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 2, CAUSAL, STORE_LSE,
+                                PINGPONG, GROUP, EXP2_ON_FMA)),
+            (_load_partition, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+                               PINGPONG, GROUP, EXP2_ON_FMA)),
+        ], [4, 4, 1], [WORKER_REGS, WORKER_REGS, 24])
 # --8<-- [end:kernel]
 
 
 # --8<-- [start:wrapper]
 BLOCK_N = 128  # keys per tile; 64 was slower at both head dims on the H100
 STAGES = 2  # K/V slots in the ring; a third gained nothing at head dim 64 in our probes (not tried at 128)
+# Registers per thread (at launch, then per computing thread). 2 computing warpgroups + the copying warp run
+# as 3 warpgroups (384 threads): 168 each fills the 64K register file, and the copying warp's 24 leave 240
+# to each computing thread. With 3 computing warpgroups there are 4 warpgroups (512 threads): 128 each at
+# launch, and 160 per computing thread, enough at head dim 64 (a 64 x 64 accumulator), not at 128.
+REGISTERS = {2: (168, 240), 3: (128, 160)}
+
+
+def warpgroups_for(head_dim: int, seq: int, causal: bool) -> int:
+    """How many computing warpgroups (64 query rows each) one program runs, as chapter 7 measured it.
+
+    Three pay off at head dim 64 on long enough sequences. On short ones the 192-row blocks waste work:
+    the last block of a head is partly past its end, and causal blocks straddle the diagonal unevenly.
+    """
+    if head_dim == 64 and seq >= (16384 if causal else 2048):
+        return 3
+    return 2
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, sm_scale: float,
               return_lse: bool, out: torch.Tensor | None = None, pingpong: bool = False, persistent: bool = True,
-              exp2_on_fma: int = 0):
+              exp2_on_fma: int = 0, warpgroups: int | None = None):
     """The Gluon kernel on inputs the fast path has already checked (see kernels.flash_attention_fast).
 
     `out`, if given, must be a contiguous tensor like q; the tests pass one filled with NaN. `pingpong`
     turns on the schedule that chapter 7 tried and dropped; `persistent=False` launches one program per
     work item, as the worklog's step before the persistent grid did; `exp2_on_fma` (0, 1 or 2) moves that
-    many of every 4 exponentials to the FMA units, the last step chapter 7 tried and dropped.
+    many of every 4 exponentials to the FMA units, a step chapter 7 tried and dropped. `warpgroups` (2 or 3)
+    overrides the number of computing warpgroups that `warpgroups_for` picks.
     """
     if exp2_on_fma not in (0, 1, 2):  # the kernel would read 3 or 4 as 2
         raise ValueError(f"exp2_on_fma must be 0, 1 or 2 (of every 4 exponentials), got {exp2_on_fma!r}")
     batch, heads, seq, head_dim = q.shape
+    warpgroups = warpgroups_for(head_dim, seq, causal) if warpgroups is None else warpgroups
+    if warpgroups not in REGISTERS or (warpgroups == 3 and (head_dim != 64 or pingpong)):
+        raise ValueError(f"warpgroups must be 2, or 3 at head dim 64 without pingpong; got {warpgroups!r} at "
+                         f"head dim {head_dim}")
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty((batch, heads, seq), device=q.device, dtype=torch.float32) if return_lse else out
     rows = batch * heads * seq
@@ -355,7 +413,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         return TensorDescriptor(t.view(rows, head_dim), [rows, head_dim], [head_dim, 1], [block_rows, head_dim],
                                 _shared_layout(q.dtype, block_rows, head_dim))
 
-    n_items = batch * heads * (seq // BLOCK_M)  # one item: 128 query rows of one (batch, head)
+    # One item: the query rows of one (batch, head) that the warpgroups of a program take at once.
+    n_items = batch * heads * triton.cdiv(seq, warpgroups * ROWS_PER_WARPGROUP.value)
     if persistent:  # one program per SM, each taking pairs of items (a pair holds the same causal work)
         group = 2
         programs = min(_sm_count(q.device), triton.cdiv(n_items, group))
@@ -365,10 +424,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         descriptor(q, ROWS_PER_WARPGROUP.value), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N),
         descriptor(out, ROWS_PER_WARPGROUP.value), lse, sm_scale * LOG2_E, seq, n_items,
         CAUSAL=bool(causal), STORE_LSE=return_lse, STAGES=STAGES, PINGPONG=pingpong, GROUP=group,
-        EXP2_ON_FMA=exp2_on_fma,
-        # 4 + 4 + 1 warps run as 3 warpgroups (384 threads); 168 registers each on average fill the
-        # register file, and the copying warp's 24 leave 240 to each computing warpgroup.
-        num_warps=4, maxnreg=168,
+        EXP2_ON_FMA=exp2_on_fma, WARPGROUPS=warpgroups, WORKER_REGS=REGISTERS[warpgroups][1],
+        num_warps=4, maxnreg=REGISTERS[warpgroups][0],
     )
     return (out, lse) if return_lse else out
 

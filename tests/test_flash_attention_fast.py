@@ -85,6 +85,20 @@ def test_bad_scale_is_an_error_on_every_path(device, scale):
         fast.attention(q, q, q, sm_scale=scale)
 
 
+def test_three_warpgroups_only_at_head_dim_64_on_long_sequences():
+    assert hopper.warpgroups_for(64, 2048, causal=False) == 3 and hopper.warpgroups_for(64, 1024, causal=False) == 2
+    assert hopper.warpgroups_for(64, 16384, causal=True) == 3 and hopper.warpgroups_for(64, 8192, causal=True) == 2
+    assert hopper.warpgroups_for(128, 16384, causal=False) == 2
+
+
+@pytest.mark.parametrize(("d", "warpgroups"), [(128, 3), (64, 4), (64, 1)])
+def test_gluon_warpgroups_must_fit_the_registers(device, d, warpgroups):
+    q = torch.randn(1, 1, 128, d, device=device, dtype=torch.float16)
+    message = f"warpgroups must be 2, or 3 at head dim 64 .*got {warpgroups} at head dim {d}"
+    with pytest.raises(ValueError, match=message):
+        hopper.attention(q, q, q, causal=False, sm_scale=0.125, return_lse=False, warpgroups=warpgroups)
+
+
 @pytest.mark.parametrize("value", [3, -1])
 def test_gluon_exponential_switch_takes_0_1_or_2(device, value):
     q = torch.randn(1, 1, 128, 64, device=device, dtype=torch.float16)
@@ -179,10 +193,11 @@ def test_odd_inputs_fall_back_correctly(rng, n_q, n_k, d, dtype):
 
 needs_hopper = pytest.mark.skipif(not HAS_CUDA or torch.cuda.get_device_capability()[0] != 9,
                                   reason="the Gluon kernel uses Hopper's wgmma (compute capability 9.0)")
-# The Gluon kernel's variants: the final one, and the worklog's other steps (one program per item, ping-pong,
-# exponentials on the FMA units).
-SCHEDULES = {"persistent": {}, "per_item": {"persistent": False}, "pingpong": {"persistent": False, "pingpong": True},
-             "exp2_on_fma": {"exp2_on_fma": 1}}
+# The Gluon kernel's variants: the final one (at these lengths, two computing warpgroups), three computing
+# warpgroups (head dim 64 only), and the worklog's other steps (one program per item, ping-pong, exponentials
+# on the FMA units).
+SCHEDULES = {"persistent": {}, "three_warpgroups": {"warpgroups": 3}, "per_item": {"persistent": False},
+             "pingpong": {"persistent": False, "pingpong": True}, "exp2_on_fma": {"exp2_on_fma": 1}}
 
 
 @pytest.mark.gpu
@@ -202,9 +217,13 @@ def test_hopper_fast_path_is_the_gluon_kernel(rng, monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
-@pytest.mark.parametrize("n", [128, 384, 1152])  # one tile, an odd number of tiles, more tiles than stages
+# One tile, an odd number of tiles, more tiles than stages; with 192-row blocks (three warpgroups) 128 and 640
+# end in a partial block, and 384 and 1152 do not.
+@pytest.mark.parametrize("n", [128, 384, 640, 1152])
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
 def test_gluon_kernel_writes_every_element_and_matches_float64(rng, schedule, n, d, causal, dtype):
+    if SCHEDULES[schedule].get("warpgroups") == 3 and d != 64:
+        pytest.skip("three computing warpgroups run at head dim 64 only")
     q, k, v = make_qkv(2, 3, n, d, dtype, "cuda", rng)
     q[1, 2, n - 1] *= 60.0  # one row with very large logits: its running max jumps, and must stay finite
     out = torch.full_like(q, float("nan"))
@@ -221,12 +240,14 @@ def test_gluon_kernel_writes_every_element_and_matches_float64(rng, schedule, n,
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("d", [64, 128])
-def test_persistent_programs_take_many_items_and_a_short_last_group(rng, d, causal):
-    # 285 heads x 3 query blocks: 855 items, several pairs per program, and one program ends on a lone item.
-    q, k, v = make_qkv(5, 57, 384, d, torch.float16, "cuda", rng)
+@pytest.mark.parametrize(("d", "warpgroups"), [(64, 2), (64, 3), (128, 2)])
+def test_persistent_programs_take_many_items_and_a_short_last_group(rng, d, warpgroups, causal):
+    # 285 heads x 3 query blocks of 128 rows: 855 items, several pairs per program, and one program ends on a
+    # lone item. With blocks of 192 rows: 285 heads x 2 blocks, the second one partial.
+    q, k, v = make_qkv(5, 57, 384 if warpgroups == 2 else 320, d, torch.float16, "cuda", rng)
     out = torch.full_like(q, float("nan"))
-    out = hopper.attention(q, k, v, causal=causal, sm_scale=1 / math.sqrt(d), return_lse=False, out=out)
+    out = hopper.attention(q, k, v, causal=causal, sm_scale=1 / math.sqrt(d), return_lse=False, out=out,
+                           warpgroups=warpgroups)
     assert not out.isnan().any(), "some output element was never written"
     assert rel_error(out, reference(q, k, v, causal)) < TOLERANCE[torch.float16]
 

@@ -18,7 +18,7 @@ from book import ROOT
 SHARED_MEMORY_PER_BLOCK = 227 * 1024  # H100 datasheet: up to 227 KB of shared memory per thread block
 
 
-def compile_for_hopper(head_dim: int, causal: bool, exp2_on_fma: int = 0) -> dict:
+def compile_for_hopper(head_dim: int, causal: bool, exp2_on_fma: int = 0, warpgroups: int = 2) -> dict:
     """Compile the kernel for compute capability 9.0; runs in the subprocess."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -31,23 +31,25 @@ def compile_for_hopper(head_dim: int, causal: bool, exp2_on_fma: int = 0) -> dic
         layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], gl.float16)
         return f"tensordesc<fp16[{rows}, {head_dim}],{layout!r}>"
 
-    q_block, kv_block = descriptor_type(hopper.BLOCK_M // 2), descriptor_type(hopper.BLOCK_N)
+    q_block, kv_block = descriptor_type(hopper.ROWS_PER_WARPGROUP.value), descriptor_type(hopper.BLOCK_N)
     signature = {"q_desc": q_block, "k_desc": kv_block, "v_desc": kv_block, "o_desc": q_block, "lse_ptr": "*fp32",
                  "qk_scale": "fp32", "seq_len": "i32", "n_items": "i32", "CAUSAL": "constexpr",
                  "STORE_LSE": "constexpr", "STAGES": "constexpr", "PINGPONG": "constexpr", "GROUP": "constexpr",
-                 "EXP2_ON_FMA": "constexpr"}
+                 "EXP2_ON_FMA": "constexpr", "WARPGROUPS": "constexpr", "WORKER_REGS": "constexpr"}
     constants = {"CAUSAL": causal, "STORE_LSE": True, "STAGES": hopper.STAGES, "PINGPONG": False, "GROUP": 2,
-                 "EXP2_ON_FMA": exp2_on_fma}
+                 "EXP2_ON_FMA": exp2_on_fma, "WARPGROUPS": warpgroups,
+                 "WORKER_REGS": hopper.REGISTERS[warpgroups][1]}
     source = GluonASTSource(fn=hopper._hopper_fwd_kernel, signature=signature, constexprs=constants)
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "maxnreg": 168})
+    options = {"num_warps": 4, "maxnreg": hopper.REGISTERS[warpgroups][0]}
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     return {"ptx": compiled.asm["ptx"], "shared": compiled.metadata.shared}
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_compiles_for_hopper(head_dim, causal):
+@pytest.mark.parametrize(("head_dim", "warpgroups"), [(64, 2), (64, 3), (128, 2)])
+def test_compiles_for_hopper(head_dim, warpgroups, causal):
     code = ("import json, sys; from tests.test_flash_attention_hopper import compile_for_hopper; "
-            f"json.dump(compile_for_hopper({head_dim}, {causal}), sys.stdout)")
+            f"json.dump(compile_for_hopper({head_dim}, {causal}, warpgroups={warpgroups}), sys.stdout)")
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)

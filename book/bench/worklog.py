@@ -30,7 +30,7 @@ class Step:
     switches: dict[str, bool] | None = None  # None: chapter 5's readable kernel
     pinned: tuple[int, int, int, int] | None = None  # (BLOCK_M, BLOCK_N, warps, stages); None: autotuned
     kept: bool = True  # False: tried, measured, and left out of the final kernel
-    gluon: dict[str, bool] | None = None  # the Gluon kernel (kernels/flash_attention_hopper.py) with these settings
+    gluon: dict[str, bool | int] | None = None  # the Gluon kernel (kernels/flash_attention_hopper.py), these settings
 
 
 _OFF = {"SPLIT_DIAGONAL": False, "USE_TMA": False, "LONGEST_FIRST": False, "FUSED_SCALE": False,
@@ -100,14 +100,22 @@ STEPS = [
          "1-2% at N = 4096 non-causal, where a program runs 32 tiles and its start and end are a small part "
          "of that; more on causal shapes and short sequences, where a program has fewer tiles to spread that "
          "cost over.",
-         {}, gluon={}),
+         {}, gluon={"warpgroups": 2}),
     Step("poly_exp2", "Exponentials on the FMA units (tried)", "Compute one of every four exponentials of P "
          "with a degree-3 polynomial on the FMA units (2^x = 2^floor(x) * 2^frac(x), the power of two added "
          "straight into the float's exponent bits), as FlashAttention-4 does on Blackwell, instead of on the "
          "special-function units.",
          "Up to 5-10% at head dim 64, if the special-function units are what the overlap waits for there; "
          "nothing or a small loss at head dim 128, where they have time to spare.",
-         {}, gluon={"exp2_on_fma": 1}, kept=False),
+         {}, gluon={"exp2_on_fma": 1, "warpgroups": 2}, kept=False),
+    Step("warpgroups", "Three computing warpgroups at head dim 64", "At head dim 64, three computing "
+         "warpgroups instead of two: each program takes 192 query rows, and each K/V tile copied serves three "
+         "warpgroups. The registers allow it only there (160 per thread). The wrapper picks three where they "
+         "paid off in our probes: non-causal N >= 2048 and causal N >= 16384; at N = 4096 that is head dim 64 "
+         "non-causal only, so the other columns repeat the persistent step.",
+         "Up to 10% at head dim 64: a third warpgroup's softmax can run while the other two wait for their "
+         "products, as in FlashAttention-3's 192-row tiles at head dim 64. No change elsewhere.",
+         {}, gluon={}),
 ]
 
 
