@@ -243,8 +243,8 @@ def test_gluon_kernel_writes_every_element_and_matches_float64(rng, schedule, n,
 @pytest.mark.parametrize(("d", "warpgroups"), [(64, 2), (64, 3), (128, 2)])
 def test_persistent_programs_take_many_items_and_a_short_last_group(rng, d, warpgroups, causal):
     # 285 heads x 3 query blocks of 128 rows: 855 items, several pairs per program, and one program ends on a
-    # lone item. With blocks of 192 rows: 285 heads x 2 blocks, the second one partial.
-    q, k, v = make_qkv(5, 57, 384 if warpgroups == 2 else 320, d, torch.float16, "cuda", rng)
+    # lone item. With blocks of 192 rows, N = 896: 285 heads x 5 blocks, the last one partial (128 rows).
+    q, k, v = make_qkv(5, 57, 384 if warpgroups == 2 else 896, d, torch.float16, "cuda", rng)
     out = torch.full_like(q, float("nan"))
     out = hopper.attention(q, k, v, causal=causal, sm_scale=1 / math.sqrt(d), return_lse=False, out=out,
                            warpgroups=warpgroups)
