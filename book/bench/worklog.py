@@ -86,12 +86,12 @@ STEPS = [
          "P V product of this one run on the tensor cores while the softmax runs beside them.",
          "10-15% at head dim 128, where the exponentials can hide behind a 128-wide product; less at 64, "
          "where the products are half as long and the exponentials are as many.",
-         {}, gluon={"persistent": False}),
+         {}, gluon={"persistent": False, "warpgroups": 2}),
     Step("pingpong", "Ping-pong between warpgroups (tried)", "The two computing warpgroups take turns to start "
          "their products, so that one warpgroup's softmax runs while the other's products do "
          "(FlashAttention-3's ping-pong schedule), enforced with a pair of mbarriers.",
          "A few percent at head dim 128, if the warpgroups did not already fall into that rhythm on their own.",
-         {}, gluon={"persistent": False, "pingpong": True}, kept=False),
+         {}, gluon={"persistent": False, "pingpong": True, "warpgroups": 2}, kept=False),
     Step("persistent", "Persistent grid", "Launch one program per SM instead of one per 128 query rows. Each "
          "program walks through its share of the work items, in pairs (a head's last query block with its "
          "first, and so on, so every pair holds the same causal work). The copying warp fetches the next "
