@@ -6,8 +6,9 @@ compute, when a tensor-core product is started and when we wait for it, where ea
 This file uses that control for three things the Triton kernel could not get on Hopper:
 
 - Separate roles (warp specialization). One warp only issues TMA copies of K and V into a ring of shared
-  memory buffers. Two warpgroups (4 warps each) only compute, each on its own 64 query rows. mbarriers
-  say when a buffer is full (the copy landed) and when it is free again (both warpgroups are done with it).
+  memory buffers. Two warpgroups (4 warps each) only compute, each on its own 64 query rows; at head dim
+  64 on long sequences, three (WARPGROUPS). mbarriers say when a buffer is full (the copy landed) and when
+  it is free again (every computing warpgroup is done with it).
 - Overlap inside a warpgroup. The tensor cores run `wgmma` asynchronously. Each warpgroup starts the scores
   of tile j (S = Q K_j^T) and the product of tile j-1 (O += P_{j-1} V_{j-1}), then computes the softmax of
   tile j on the ordinary units while the second product is still running on the tensor cores.
@@ -15,7 +16,7 @@ This file uses that control for three things the Triton kernel could not get on 
   items, so the copying warp fetches the next item's Q and first K/V tiles while the warpgroups finish
   the current one, and each output leaves through its own buffer while the next item starts.
 
-PINGPONG (tried in chapter 7, off by default) makes the two warpgroups take turns to start their products.
+PINGPONG (tried in chapter 7, off by default) makes two warpgroups take turns to start their products.
 EXP2_ON_FMA (tried, 0 by default) computes some of the exponentials with a polynomial on the FMA units.
 
 The algorithm is chapter 5's (FlashAttention-2 loop order, online softmax in base 2). The inputs are the
