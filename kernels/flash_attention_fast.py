@@ -16,8 +16,8 @@ Chapter 7's table says which of them paid off; BEST_FEATURES turns those on.
 
 The worklog's last step leaves Triton's scheduler behind: kernels/flash_attention_hopper.py writes the same
 forward pass in Gluon, with one warp copying tiles and two warpgroups computing (three at head dim 64 on
-long sequences). On Hopper GPUs
-`attention` runs that kernel; `gluon=False` (or any feature switch or pinned config) runs this file's.
+long sequences). On Hopper GPUs `attention` runs that kernel; `gluon=False` (or any feature switch or
+pinned config) runs this file's.
 
 The fast path needs fp16 or bf16, head dim 64 or 128, equal query and key lengths that are a multiple of
 128, and contiguous (batch, heads, seq, head_dim) tensors. Anything else goes to chapter 5's kernel, and
