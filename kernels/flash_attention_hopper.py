@@ -59,7 +59,8 @@ def _item(k, seq_len, block_m: gl.constexpr, block_n: gl.constexpr, CAUSAL: gl.c
     Program p takes groups p, p + programs, p + 2 * programs, ... of GROUP consecutive items, numbered
     head by head. With one program per item (GROUP 1) a head's query blocks go last block first, so that
     the grid starts with the longest causal items. In pairs (GROUP 2) they go in zigzag order (the last
-    block, the first, the second last, the second, ...), so every pair holds the same causal work.
+    block, the first, the second last, the second, ...), so the pairs hold about the same causal work
+    (exactly the same when a block of queries is as tall as a K/V tile).
     """
     m_blocks = gl.cdiv(seq_len, block_m)
     item = GROUP * (gl.program_id(0) + (k // GROUP) * gl.num_programs(0)) + k % GROUP
@@ -383,7 +384,7 @@ def warpgroups_for(head_dim: int, seq: int, causal: bool) -> int:
     Three pay off at head dim 64 on long enough sequences. On short ones the 192-row blocks waste work:
     the last block of a head is partly past its end, and causal blocks straddle the diagonal unevenly.
     """
-    if head_dim == 64 and seq >= (16384 if causal else 2048):
+    if head_dim == 64 and seq >= (4096 if causal else 2048):
         return 3
     return 2
 
@@ -416,7 +417,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
 
     # One item: the query rows of one (batch, head) that the warpgroups of a program take at once.
     n_items = batch * heads * triton.cdiv(seq, warpgroups * ROWS_PER_WARPGROUP.value)
-    if persistent:  # one program per SM, each taking pairs of items (a pair holds the same causal work)
+    if persistent:  # one program per SM, each taking pairs of items (about equal causal work per pair)
         group = 2
         programs = min(_sm_count(q.device), triton.cdiv(n_items, group))
     else:

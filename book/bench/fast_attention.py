@@ -2,25 +2,23 @@
 
 N from 1K to 16K, head dim 64 (32 heads) and 128 (16 heads), causal and non-causal, fp16 and bf16,
 16K tokens per batch. FLOPs 4*B*H*N*N*D, halved for causal. Each row records the ratio of the fast
-kernel to the fastest backend of that row. Every implementation is timed replayed from a CUDA graph (GPU time
-alone) and, once, by plain calls from Python (GPU time plus whatever wait the CPU adds).
+kernel to the fastest backend of that row. The implementations of a row are timed together, their calls
+replayed from CUDA graphs and taken in turns (GPU time alone, under the same clock), and each also by plain
+calls from Python (GPU time plus whatever wait the CPU adds).
 """
 
 from __future__ import annotations
 
-import statistics
-
 from book import render
 from book.bench.flash_attention import BACKENDS, HEADS, TOKENS, _sdpa, _time
 from book.bench.registry import Benchmark, Progress
-from book.bench.timing import gpu_ms_graphed, tflops
+from book.bench.timing import gpu_ms_interleaved, tflops
 
 SIZES = [1024, 2048, 4096, 8192, 16384]
 DTYPES = ["float16", "bfloat16"]
 TARGET_FROM = 2048
 TARGET_RATIO = 1.0  # fast kernel / fastest SDPA backend, N >= TARGET_FROM
 FLOOR_RATIO = 0.9  # nowhere below this
-ROUNDS = 5
 READABLE_DTYPES = ["float16"]  # chapter 5's kernel is timed in fp16 only: its bf16 speed is the same story
 PEER_NAMES = {"sdpa_cudnn": "cuDNN", "sdpa_flash": "FlashAttention-2", "sdpa_efficient": "memory-efficient"}
 
@@ -58,20 +56,16 @@ def _measure(dtype_name: str, d: int, causal: bool, n: int) -> dict:
     flops = _flops(d, causal, n)
     fns = {**ours, **{name: _sdpa(backend, q, k, v, causal) for name, backend in BACKENDS.items()}}
     # First one timing of plain calls per implementation (None: the backend refused these inputs); it also
-    # compiles and autotunes. Then ROUNDS timings replayed from CUDA graphs, interleaved so that clock drift
-    # touches every implementation alike; each keeps its median. Graphs keep the CPU out of the GPU time:
-    # the plain-call column shows how much of it gets in at short lengths.
+    # compiles and autotunes. Then all that run are timed together, replayed from CUDA graphs and taken in
+    # turns: graphs keep the CPU out of the GPU time (the plain-call column shows how much of it gets in at
+    # short lengths), and turns give every implementation the same clock while the GPU's power limit moves it.
     eager = {name: _time(fn) for name, fn in fns.items()}
-    runs = {name: fn for name, fn in fns.items() if eager[name] is not None}
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(ROUNDS):
-        for name, fn in runs.items():
-            times[name].append(gpu_ms_graphed(fn))
+    graphed = gpu_ms_interleaved({name: fn for name, fn in fns.items() if eager[name] is not None})
     row = {"dtype": dtype_name, "head_dim": d, "causal": causal, "N": n, "readable": None}
     for name in fns:  # rows hold plain values: one key per implementation and measure
-        row[name] = tflops(flops, statistics.median(times[name])) if name in runs else None
+        row[name] = tflops(flops, graphed.get(name))
         row[f"plain_{name}"] = tflops(flops, eager[name])
-        row[f"host_us_{name}"] = _host_us(fns[name]) if name in runs else None
+        row[f"host_us_{name}"] = _host_us(fns[name]) if name in graphed else None
     peers = {name: row[name] for name in BACKENDS if row[name] is not None}
     row["best_peer"] = max(peers, key=peers.get)
     row["best_peer_tflops"] = peers[row["best_peer"]]
@@ -181,7 +175,7 @@ def host_time(result: dict) -> str:
                            _micros(r["host_us_fast"]), _gpu_micros(r, "sdpa_cudnn"), _micros(r["host_us_sdpa_cudnn"]),
                            f"{r['ratio']:.2f}×", f"{_plain_ratio(r):.2f}×"])
     return render.table(headers, table_rows) + (
-        "\n\nGPU µs: one call replayed from a CUDA graph (the median of the row). CPU µs: 20 calls queued back "
+        "\n\nGPU µs: one call replayed from a CUDA graph (the median of its turns). CPU µs: 20 calls queued back "
         "to back, divided by 20. Plain calls: the same do_bench timing with each call made from Python.")
 
 

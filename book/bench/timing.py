@@ -14,23 +14,67 @@ def gpu_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) -> 
     return float(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
 
 
-# --8<-- [start:graphed]
-def gpu_ms_graphed(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) -> float:
-    """Like gpu_ms, but fn is captured once in a CUDA graph and the graph is what gets timed.
+# --8<-- [start:interleaved]
+def gpu_ms_interleaved(fns: dict[str, Callable[[], object]], budget_ms: float = 2500.0) -> dict[str, float]:
+    """Median GPU time of each fn in milliseconds, the calls replayed from CUDA graphs and taken in turns.
 
-    A plain call runs Python on the CPU before its kernels reach the GPU. When that takes longer than the
-    GPU's own work (short sequences behind a Python wrapper), the GPU waits between calls and a GPU timer
-    counts the wait. Replaying a graph costs the CPU a few microseconds, so the time is the GPU's alone.
-    do_bench still clears the L2 cache before every replay. fn must have run once already (compiled,
-    autotuned), because a capture only records launches.
+    Two things can bend a side-by-side timing, and this timer removes both:
+
+    - The CPU. A plain call runs Python before its kernels reach the GPU; when that takes longer than the
+      GPU's work (short sequences behind a Python wrapper), the GPU waits and a GPU timer counts the wait.
+      Each fn is captured once in a CUDA graph, and replaying a graph costs the CPU a few microseconds.
+    - The clock. Under load a GPU runs into its power limit and its clock moves by several percent within
+      a second. Timing one implementation after another lets that drift favour one of them. Here the
+      calls take turns (a, b, c, then b, c, a, ...), so every implementation sees the same clock history.
+
+    As in do_bench, the L2 cache is cleared before every call, each call is timed by a pair of CUDA events,
+    and the median is kept. Each fn must have run once already (compiled, autotuned): a capture only
+    records launches.
     """
+    import torch
+
+    graphs = {name: _capture(fn) for name, fn in fns.items()}
+    flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")  # larger than any GPU's L2 cache
+    first = {name: _replay_ms(graph, flush, calls=5) for name, graph in graphs.items()}  # warm-up, and a guess
+    turns = max(10, min(1000, int(budget_ms / sum(first.values()))))
+    names = list(graphs)
+    events = {name: [] for name in names}
+    for turn in range(turns):
+        shift = turn % len(names)
+        for name in names[shift:] + names[:shift]:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            flush.zero_()
+            start.record()
+            graphs[name].replay()
+            end.record()
+            events[name].append((start, end))
+    torch.cuda.synchronize()
+    return {name: statistics.median(start.elapsed_time(end) for start, end in pairs)
+            for name, pairs in events.items()}
+
+
+def _capture(fn: Callable[[], object]):
     import torch
 
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return gpu_ms(graph.replay, warmup_ms, rep_ms)
-# --8<-- [end:graphed]
+    return graph
+
+
+def _replay_ms(graph, flush, calls: int) -> float:
+    """Mean time of a few replays, each after an L2 flush (the flushes included: this is only a guess)."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        flush.zero_()
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / calls
+# --8<-- [end:interleaved]
 
 
 def cpu_ms(fn: Callable[[], object], min_repeats: int = 5, budget_s: float = 1.0) -> float:

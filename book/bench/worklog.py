@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from book import render
 from book.bench.flash_attention import BACKENDS, HEADS, TOKENS, _sdpa, _time
 from book.bench.registry import Benchmark, Progress
-from book.bench.timing import gpu_ms, tflops
+from book.bench.timing import gpu_ms_interleaved, tflops
 
 N = 4096
 SHAPES = [(d, causal) for d in (64, 128) for causal in (False, True)]
 MATMUL_N = 8192
-ROUNDS = 5  # each step is timed this many times, interleaved with the others
+BUDGET_MS = 6000  # GPU time to spend per column, over all its steps and peers
 
 
 @dataclass(frozen=True)
@@ -124,16 +124,12 @@ def run(progress: Progress) -> list[dict]:
 
     rows = []
     a, b = (torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=torch.float16) for _ in range(2))
-    matmul_tflops = tflops(2 * MATMUL_N**3, gpu_ms(lambda: a @ b))
-    progress(f"cuBLAS fp16 matmul {MATMUL_N}^3: {matmul_tflops:.0f} TFLOP/s")
     for d, causal in SHAPES:
-        rows += _measure_shape(d, causal, matmul_tflops, progress)
+        rows += _measure_shape(d, causal, lambda: a @ b, progress)
     return rows
 
 
-def _measure_shape(d: int, causal: bool, matmul_tflops: float, progress: Progress) -> list[dict]:
-    import statistics
-
+def _measure_shape(d: int, causal: bool, matmul, progress: Progress) -> list[dict]:
     import torch
 
     from kernels import flash_attention as readable
@@ -144,8 +140,8 @@ def _measure_shape(d: int, causal: bool, matmul_tflops: float, progress: Progres
     q, k, v = (torch.randn(batch, heads, N, d, device="cuda", dtype=torch.float16) for _ in range(3))
     flops = 4 * batch * heads * N * N * d * (0.5 if causal else 1.0)
     expected = _sdpa("FLASH_ATTENTION", q, k, v, causal)()
-    peers = {name: tflops(flops, _time(_sdpa(backend, q, k, v, causal))) for name, backend in BACKENDS.items()}
-    best_peer = max((value for value in peers.values() if value is not None), default=None)
+    peers = {name: _sdpa(backend, q, k, v, causal) for name, backend in BACKENDS.items()}
+    peers = {name: fn for name, fn in peers.items() if _time(fn) is not None}  # the backends that take these inputs
 
     # First call of each step: compile, autotune, check the result. A step that fails is a result too.
     fns, rows = {}, {}
@@ -159,8 +155,7 @@ def _measure_shape(d: int, causal: bool, matmul_tflops: float, progress: Progres
             cfg = fast.config(*step.pinned) if step.pinned else None
             fn = lambda step=step, cfg=cfg: fast.attention(q, k, v, causal=causal, gluon=False,  # noqa: E731
                                                             config=cfg, **step.switches)
-        rows[step.key] = {"step": step.key, "head_dim": d, "causal": causal, "N": N, **peers,
-                          "matmul_tflops": matmul_tflops, "tflops": None, "error": None}
+        rows[step.key] = {"step": step.key, "head_dim": d, "causal": causal, "N": N, "tflops": None, "error": None}
         try:
             err = ((fn().float() - expected.float()).abs().max()).item()
             if not err < 2e-2:
@@ -168,16 +163,17 @@ def _measure_shape(d: int, causal: bool, matmul_tflops: float, progress: Progres
             fns[step.key] = fn
         except Exception as error:  # noqa: BLE001
             rows[step.key]["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
-    # Then time the steps round-robin, ROUNDS times, and keep each step's median: clock and temperature
-    # drift during the run then touches every step alike instead of favouring the ones timed first.
-    times: dict[str, list[float]] = {key: [] for key in fns}
-    for _ in range(ROUNDS):
-        for key, fn in fns.items():
-            times[key].append(gpu_ms(fn))
+    # Then the steps, the peers and the matmul are timed together, their calls taken in turns, so that the
+    # clock, which the GPU's power limit moves during the run, is the same for every one of them.
+    matmul()
+    times = gpu_ms_interleaved({**fns, **peers, "matmul": matmul}, budget_ms=BUDGET_MS)
+    timed_peers = {name: tflops(flops, times.get(name)) for name in BACKENDS}
+    best_peer = max((value for value in timed_peers.values() if value is not None), default=None)
+    matmul_tflops = tflops(2 * MATMUL_N**3, times["matmul"])
+    progress(f"d={d} causal={causal}: cuBLAS fp16 matmul {MATMUL_N}^3 {matmul_tflops:.0f} TFLOP/s")
     for step in STEPS:
         row = rows[step.key]
-        if step.key in times:
-            row["tflops"] = tflops(flops, statistics.median(times[step.key]))
+        row.update(timed_peers, matmul_tflops=matmul_tflops, tflops=tflops(flops, times.get(step.key)))
         row["share_of_best_peer"] = None if row["tflops"] is None or not best_peer else row["tflops"] / best_peer
         row["share_of_matmul"] = None if row["tflops"] is None else row["tflops"] / matmul_tflops
         shown = f"{row['tflops']:.0f} TFLOP/s" if row["tflops"] else row["error"]
@@ -223,10 +219,11 @@ def matmul_share(result: dict) -> str:
     rows = [r for r in result["rows"] if r["step"] == _last_kept().key and r["tflops"] is not None]
     if not rows:
         return "The final step did not run."
-    matmul = rows[0]["matmul_tflops"]
+    matmuls = [r["matmul_tflops"] for r in rows]
     parts = [f"{_shape_label(r['head_dim'], r['causal'])}: {r['share_of_matmul']:.0%}" for r in rows]
-    return (f"cuBLAS reached {matmul:.0f} TFLOP/s on an fp16 {MATMUL_N}³ matmul in this run. The final kernel "
-            f"reaches this share of it: {', '.join(parts)}.")
+    return (f"cuBLAS reached {min(matmuls):.0f}–{max(matmuls):.0f} TFLOP/s on an fp16 {MATMUL_N}³ matmul in this "
+            "run, timed in turns with each column's steps. The final kernel reaches this share of the matmul "
+            f"timed beside it: {', '.join(parts)}.")
 
 
 def step_deltas(result: dict) -> str:
