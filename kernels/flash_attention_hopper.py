@@ -53,24 +53,32 @@ ROWS_PER_WARPGROUP = gl.constexpr(64)  # one wgmma covers 64 rows: 4 warps x 16 
 
 # --8<-- [start:items]
 @gluon.jit
-def _item(k, seq_len, block_m: gl.constexpr, block_n: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
+def _item(k, seq_len, n_items, block_m: gl.constexpr, block_n: gl.constexpr, CAUSAL: gl.constexpr,
+          GROUP: gl.constexpr):
     """This program's k-th work item: its first Q row and first K/V row in the 2-D views, and its K/V tiles.
 
-    Program p takes groups p, p + programs, p + 2 * programs, ... of GROUP consecutive items, numbered
-    head by head. With one program per item (GROUP 1) a head's query blocks go last block first, so that
-    the grid starts with the longest causal items. In pairs (GROUP 2) they go in zigzag order (the last
-    block, the first, the second last, the second, ...), so the pairs hold about the same causal work
-    (exactly the same when a block of queries is as tall as a K/V tile).
+    Program p takes groups p, p + programs, p + 2 * programs, ... of GROUP consecutive items. With one
+    program per item (GROUP 1) the items go head by head, each head's query blocks last block first, so
+    that the grid starts with the longest causal items. In pairs (GROUP 2) each head's blocks go in
+    zigzag order (the last block, the first, the second last, the second, ...), so the pairs hold about
+    the same causal work. A head with an odd number of blocks has a middle block left over; those come
+    after all the other pairs, two heads' middle blocks to a pair, which again holds about the same work.
     """
     m_blocks = gl.cdiv(seq_len, block_m)
     item = GROUP * (gl.program_id(0) + (k // GROUP) * gl.num_programs(0)) + k % GROUP
-    r = item % m_blocks
     if GROUP == 1:
-        block = m_blocks - 1 - r
+        head = item // m_blocks
+        block = m_blocks - 1 - item % m_blocks
     else:
+        paired = 2 * (m_blocks // 2)  # blocks of a head that pair up within the head
+        in_pairs = n_items // m_blocks * paired  # items before the middle blocks
+        own = (item < in_pairs).to(gl.int32)  # 1: in a pair within its head; 0: a middle block
+        r = item % gl.maximum(paired, 1)
         odd = r % 2
-        block = odd * (r // 2) + (1 - odd) * (m_blocks - 1 - r // 2)
-    kv_row0 = (item // m_blocks) * seq_len
+        zigzag = odd * (r // 2) + (1 - odd) * (m_blocks - 1 - r // 2)
+        head = own * (item // gl.maximum(paired, 1)) + (1 - own) * (item - in_pairs)
+        block = own * zigzag + (1 - own) * (m_blocks // 2)
+    kv_row0 = head * seq_len
     if CAUSAL:  # keys up to the block's last query
         n_tiles = gl.minimum(gl.cdiv((block + 1) * block_m, block_n), seq_len // block_n)
     else:
@@ -105,7 +113,7 @@ def _load_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, WARP
     block_m: gl.constexpr = wgs * ROWS_PER_WARPGROUP
     tile = 0  # K/V tiles copied so far, over all items: it picks the ring slot and the barrier phase
     for k in range(_items_of_this_program(n_items, GROUP)):
-        q_row, kv_row0, n_tiles = _item(k, seq_len, block_m, block_n, CAUSAL, GROUP)
+        q_row, kv_row0, n_tiles = _item(k, seq_len, n_items, block_m, block_n, CAUSAL, GROUP)
         # A barrier completes a phase each time all its arrivals are in. The first wait on a `free`
         # barrier asks for phase 1, which a fresh barrier counts as already complete.
         mbarrier.wait(q_free, (k & 1) ^ 1)
@@ -209,7 +217,7 @@ def _compute_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, W
     block_m: gl.constexpr = q_smem.shape[0] * ROWS_PER_WARPGROUP
     tile = 0  # K/V tiles used so far, over all items, as in the copying warp
     for k in range(_items_of_this_program(n_items, GROUP)):
-        q_row, kv_row0, n_tiles = _item(k, seq_len, block_m, block_n, CAUSAL, GROUP)
+        q_row, kv_row0, n_tiles = _item(k, seq_len, n_items, block_m, block_n, CAUSAL, GROUP)
         q_row += WARPGROUP * ROWS_PER_WARPGROUP
         first_row = q_row - kv_row0  # position of this warpgroup's first query in its sequence
         # The tiles this warpgroup needs: with causal attention, the block's later rows may need more; rows
