@@ -152,6 +152,8 @@ def verdict(result: dict) -> str:
         for r in target_rows:
             by_group.setdefault(_label(r), []).append(r["ratio"])
         gaps = "; ".join(f"{label}: {min(v):.2f}–{max(v):.2f}×" for label, v in by_group.items())
+        misses = "; ".join(f"{_label(r)}, N = {r['N']}: {r['ratio']:.3f}×" for r in target_rows if r not in met)
+        lines.append(f"    Below {TARGET_RATIO:.1f}×: {misses}.")
         lines.append(f"    Ratio range per group at N ≥ {TARGET_FROM}: {gaps}.")
     kind = "success" if not floor_miss else "warning"
     lines.append("")

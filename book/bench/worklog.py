@@ -111,8 +111,8 @@ STEPS = [
     Step("warpgroups", "Three computing warpgroups at head dim 64", "At head dim 64, three computing "
          "warpgroups instead of two: each program takes 192 query rows, and each K/V tile copied serves three "
          "warpgroups. The registers allow it only there (160 per thread). The wrapper picks three where they "
-         "paid off in our probes: non-causal N >= 2048 and causal N >= 16384; at N = 4096 that is head dim 64 "
-         "non-causal only, so the other columns repeat the persistent step.",
+         "paid off in our probes: non-causal N >= 2048 and causal N >= 4096; at N = 4096 that is both head dim 64 "
+         "columns, so the head dim 128 columns repeat the persistent step.",
          "Up to 10% at head dim 64: a third warpgroup's softmax can run while the other two wait for their "
          "products, as in FlashAttention-3's 192-row tiles at head dim 64. No change elsewhere.",
          {}, gluon={}),
