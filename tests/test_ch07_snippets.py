@@ -50,3 +50,11 @@ def test_exp2_poly():
     stored, fresh = snippets.check("snippets/ch07/exp2_poly.py")
     assert fresh == stored
     assert "largest relative error on [-40, 0]: 7.5e-05" in fresh and "clamp -126.0" in fresh
+
+
+def test_odd_pairs():
+    stored, fresh = snippets.check("snippets/ch07/odd_pairs.py")
+    assert fresh == stored
+    assert "132 programs = 12 x 11" in fresh
+    busiest = [int(line.split("busiest program ")[1].split()[0]) for line in fresh.splitlines() if "busiest" in line]
+    assert busiest[1] < busiest[0]  # the middle blocks paired across heads unload the busiest program
