@@ -14,7 +14,8 @@ This file uses that control for three things the Triton kernel could not get on 
   tile j on the ordinary units while the second product is still running on the tensor cores.
 - A persistent grid. One program per SM walks through its share of the (query block, batch x head) work
   items, so the copying warp fetches the next item's Q and first K/V tiles while the warpgroups finish
-  the current one, and each output leaves through its own buffer while the next item starts.
+  the current one, and each output leaves through its own buffer while the next item starts. Which items
+  a program takes is decided on the host (kernels/hopper_schedule.py) and read from a small table.
 
 PINGPONG (tried in chapter 7, off by default) makes two warpgroups take turns to start their products.
 EXP2_ON_FMA (tried, 0 by default) computes some of the exponentials with a polynomial on the FMA units.
@@ -30,7 +31,6 @@ from __future__ import annotations
 import functools
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -41,6 +41,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from kernels import hopper_schedule as schedules
 
 # Triton renamed the TMA copies after 3.6 (async_copy_global_to_shared became async_load, and
 # async_copy_shared_to_global became async_store); take whichever this Triton has.
@@ -53,55 +55,35 @@ ROWS_PER_WARPGROUP = gl.constexpr(64)  # one wgmma covers 64 rows: 4 warps x 16 
 
 # --8<-- [start:items]
 @gluon.jit
-def _item(k, seq_len, n_items, block_m: gl.constexpr, block_n: gl.constexpr, CAUSAL: gl.constexpr,
-          GROUP: gl.constexpr):
+def _items_of_this_program(schedule):
+    """Where this program's list starts in the schedule table, and how many items it holds."""
+    first = gl.load(schedule + gl.program_id(0))
+    return first, gl.load(schedule + gl.program_id(0) + 1) - first
+
+
+@gluon.jit
+def _item(schedule, first, k, seq_len, block_m: gl.constexpr, block_n: gl.constexpr, CAUSAL: gl.constexpr):
     """This program's k-th work item: its first Q row and first K/V row in the 2-D views, and its K/V tiles.
 
-    Program p takes groups p, p + programs, p + 2 * programs, ... of GROUP consecutive items. With one
-    program per item (GROUP 1) the items go head by head, each head's query blocks last block first, so
-    that the grid starts with the longest causal items. In pairs (GROUP 2) each head's blocks go in
-    zigzag order (the last block, the first, the second last, the second, ...), so the pairs hold about
-    the same causal work. A head with an odd number of blocks has a middle block left over; those come
-    after all the other pairs, two heads' middle blocks to a pair, which again holds about the same work.
+    Which items a program takes, and in which order, is decided on the host (kernels/hopper_schedule.py).
     """
-    m_blocks = gl.cdiv(seq_len, block_m)
-    item = GROUP * (gl.program_id(0) + (k // GROUP) * gl.num_programs(0)) + k % GROUP
-    if GROUP == 1:
-        head = item // m_blocks
-        block = m_blocks - 1 - item % m_blocks
-    else:
-        paired = 2 * (m_blocks // 2)  # blocks of a head that pair up within the head
-        in_pairs = n_items // m_blocks * paired  # items before the middle blocks
-        own = (item < in_pairs).to(gl.int32)  # 1: in a pair within its head; 0: a middle block
-        r = item % gl.maximum(paired, 1)
-        odd = r % 2
-        zigzag = odd * (r // 2) + (1 - odd) * (m_blocks - 1 - r // 2)
-        head = own * (item // gl.maximum(paired, 1)) + (1 - own) * (item - in_pairs)
-        block = own * zigzag + (1 - own) * (m_blocks // 2)
+    blocks = gl.cdiv(seq_len, block_m)
+    item = gl.load(schedule + first + k)
+    head = item // blocks
+    block = item % blocks
     kv_row0 = head * seq_len
     if CAUSAL:  # keys up to the block's last query
         n_tiles = gl.minimum(gl.cdiv((block + 1) * block_m, block_n), seq_len // block_n)
     else:
         n_tiles = seq_len // block_n
     return kv_row0 + block * block_m, kv_row0, n_tiles
-
-
-@gluon.jit
-def _items_of_this_program(n_items, GROUP: gl.constexpr):
-    """How many items program p owns: a full group per turn, and maybe a short group at the very end."""
-    n_groups = gl.cdiv(n_items, GROUP)
-    p = gl.program_id(0)
-    programs = gl.num_programs(0)
-    groups = gl.cdiv(n_groups - p, programs)
-    owns_last = ((n_groups - 1 - p) % programs == 0).to(gl.int32)
-    return GROUP * groups - owns_last * (GROUP * n_groups - n_items)
 # --8<-- [end:items]
 
 
 # --8<-- [start:load]
 @gluon.jit
-def _load_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
-                    CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr, GROUP: gl.constexpr,
+def _load_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
+                    CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
                     EXP2_ON_FMA: gl.constexpr):
     """One warp: per item, both Q halves once its Q buffer is free, then K_j and V_j into the ring."""
     q_desc, k_desc, v_desc, o_desc = descs
@@ -112,8 +94,9 @@ def _load_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, WARP
     wgs: gl.constexpr = q_smem.shape[0]
     block_m: gl.constexpr = wgs * ROWS_PER_WARPGROUP
     tile = 0  # K/V tiles copied so far, over all items: it picks the ring slot and the barrier phase
-    for k in range(_items_of_this_program(n_items, GROUP)):
-        q_row, kv_row0, n_tiles = _item(k, seq_len, n_items, block_m, block_n, CAUSAL, GROUP)
+    first, n_items = _items_of_this_program(schedule)
+    for k in range(n_items):
+        q_row, kv_row0, n_tiles = _item(schedule, first, k, seq_len, block_m, block_n, CAUSAL)
         # A barrier completes a phase each time all its arrivals are in. The first wait on a `free`
         # barrier asks for phase 1, which a fresh barrier counts as already complete.
         mbarrier.wait(q_free, (k & 1) ^ 1)
@@ -193,8 +176,8 @@ def _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, CAUSAL: gl.constexpr, EXP
 
 # --8<-- [start:compute]
 @gluon.jit
-def _compute_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
-                       CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr, GROUP: gl.constexpr,
+def _compute_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
+                       CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
                        EXP2_ON_FMA: gl.constexpr):
     """One warpgroup: per item, 64 query rows against its K/V tiles, the next scores overlapping this softmax."""
     q_desc, k_desc, v_desc, o_desc = descs
@@ -216,8 +199,9 @@ def _compute_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, W
     o = o_smem.index(WARPGROUP)
     block_m: gl.constexpr = q_smem.shape[0] * ROWS_PER_WARPGROUP
     tile = 0  # K/V tiles used so far, over all items, as in the copying warp
-    for k in range(_items_of_this_program(n_items, GROUP)):
-        q_row, kv_row0, n_tiles = _item(k, seq_len, n_items, block_m, block_n, CAUSAL, GROUP)
+    first, n_items = _items_of_this_program(schedule)
+    for k in range(n_items):
+        q_row, kv_row0, n_tiles = _item(schedule, first, k, seq_len, block_m, block_n, CAUSAL)
         q_row += WARPGROUP * ROWS_PER_WARPGROUP
         first_row = q_row - kv_row0  # position of this warpgroup's first query in its sequence
         # The tiles this warpgroup needs: with causal attention, the block's later rows may need more; rows
@@ -299,28 +283,28 @@ def _compute_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, W
 
 
 @gluon.jit
-def _second_warpgroup(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
-                      CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr, GROUP: gl.constexpr,
+def _second_warpgroup(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
+                      CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
                       EXP2_ON_FMA: gl.constexpr):
     """Worker partitions share one signature; this one runs the compute role for the second 64 rows."""
-    _compute_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE, PINGPONG,
-                       GROUP, EXP2_ON_FMA)
+    _compute_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE, PINGPONG,
+                       EXP2_ON_FMA)
 
 
 @gluon.jit
-def _third_warpgroup(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
-                     CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr, GROUP: gl.constexpr,
+def _third_warpgroup(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
+                     CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
                      EXP2_ON_FMA: gl.constexpr):
-    _compute_partition(descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 2, CAUSAL, STORE_LSE, PINGPONG,
-                       GROUP, EXP2_ON_FMA)
+    _compute_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 2, CAUSAL, STORE_LSE, PINGPONG,
+                       EXP2_ON_FMA)
 # --8<-- [end:compute]
 
 
 # --8<-- [start:kernel]
 @gluon.jit
-def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, seq_len, n_items,
+def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, seq_len, schedule,
                        CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, STAGES: gl.constexpr,
-                       PINGPONG: gl.constexpr, GROUP: gl.constexpr, EXP2_ON_FMA: gl.constexpr,
+                       PINGPONG: gl.constexpr, EXP2_ON_FMA: gl.constexpr,
                        WARPGROUPS: gl.constexpr, WORKER_REGS: gl.constexpr):
     # Shared memory: the two Q halves, the two output halves, and a ring of STAGES slots for K and for V.
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [WARPGROUPS] + q_desc.block_type.shape, q_desc.layout)
@@ -353,25 +337,25 @@ def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, seq_le
     if WARPGROUPS == 2:
         gl.warp_specialize([
             # The kernel's own 4 warps compute query rows 0-63 of each item.
-            (_compute_partition, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
-                                  PINGPONG, GROUP, EXP2_ON_FMA)),
+            (_compute_partition, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+                                  PINGPONG, EXP2_ON_FMA)),
             # 4 more warps compute rows 64-127.
-            (_second_warpgroup, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
-                                 PINGPONG, GROUP, EXP2_ON_FMA)),
+            (_second_warpgroup, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
+                                 PINGPONG, EXP2_ON_FMA)),
             # 1 warp issues the copies.
-            (_load_partition, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
-                               PINGPONG, GROUP, EXP2_ON_FMA)),
+            (_load_partition, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+                               PINGPONG, EXP2_ON_FMA)),
         ], [4, 1], [WORKER_REGS, 24])
     else:  # the same, with a third computing warpgroup for rows 128-191
         gl.warp_specialize([
-            (_compute_partition, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
-                                  PINGPONG, GROUP, EXP2_ON_FMA)),
-            (_second_warpgroup, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
-                                 PINGPONG, GROUP, EXP2_ON_FMA)),
-            (_third_warpgroup, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 2, CAUSAL, STORE_LSE,
-                                PINGPONG, GROUP, EXP2_ON_FMA)),
-            (_load_partition, (descs, smem, bars, seq_len, n_items, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
-                               PINGPONG, GROUP, EXP2_ON_FMA)),
+            (_compute_partition, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+                                  PINGPONG, EXP2_ON_FMA)),
+            (_second_warpgroup, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
+                                 PINGPONG, EXP2_ON_FMA)),
+            (_third_warpgroup, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 2, CAUSAL, STORE_LSE,
+                                PINGPONG, EXP2_ON_FMA)),
+            (_load_partition, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+                               PINGPONG, EXP2_ON_FMA)),
         ], [4, 4, 1], [WORKER_REGS, WORKER_REGS, 24])
 # --8<-- [end:kernel]
 
@@ -384,6 +368,7 @@ STAGES = 2  # K/V slots in the ring; a third gained nothing at head dim 64 in ou
 # to each computing thread. With 3 computing warpgroups there are 4 warpgroups (512 threads): 128 each at
 # launch, and 160 per computing thread, enough at head dim 64 (a 64 x 64 accumulator), not at 128.
 REGISTERS = {2: (168, 240), 3: (128, 160)}
+SCHEDULES = ("one_per_item", "in_pairs", "balanced")
 
 
 def warpgroups_for(head_dim: int, seq: int, causal: bool) -> int:
@@ -398,18 +383,21 @@ def warpgroups_for(head_dim: int, seq: int, causal: bool) -> int:
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, sm_scale: float,
-              return_lse: bool, out: torch.Tensor | None = None, pingpong: bool = False, persistent: bool = True,
-              exp2_on_fma: int = 0, warpgroups: int | None = None):
+              return_lse: bool, out: torch.Tensor | None = None, pingpong: bool = False,
+              schedule: str = "balanced", exp2_on_fma: int = 0, warpgroups: int | None = None):
     """The Gluon kernel on inputs the fast path has already checked (see kernels.flash_attention_fast).
 
     `out`, if given, must be a contiguous tensor like q; the tests pass one filled with NaN. `pingpong`
-    turns on the schedule that chapter 7 tried and dropped; `persistent=False` launches one program per
-    work item, as the worklog's step before the persistent grid did; `exp2_on_fma` (0, 1 or 2) moves that
+    turns on the turn-taking that chapter 7 tried and dropped; `schedule` says which items each program
+    takes ("one_per_item", "in_pairs" or "balanced", see kernels/hopper_schedule.py), as the worklog's
+    steps before and after the persistent grid did; `exp2_on_fma` (0, 1 or 2) moves that
     many of every 4 exponentials to the FMA units, a step chapter 7 tried and dropped. `warpgroups` (2 or 3)
     overrides the number of computing warpgroups that `warpgroups_for` picks.
     """
     if exp2_on_fma not in (0, 1, 2):  # the kernel would read 3 or 4 as 2
         raise ValueError(f"exp2_on_fma must be 0, 1 or 2 (of every 4 exponentials), got {exp2_on_fma!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}; got {schedule!r}")
     batch, heads, seq, head_dim = q.shape
     warpgroups = warpgroups_for(head_dim, seq, causal) if warpgroups is None else warpgroups
     if warpgroups not in REGISTERS or (warpgroups == 3 and (head_dim != 64 or pingpong)):
@@ -423,17 +411,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         return TensorDescriptor(t.view(rows, head_dim), [rows, head_dim], [head_dim, 1], [block_rows, head_dim],
                                 _shared_layout(q.dtype, block_rows, head_dim))
 
-    # One item: the query rows of one (batch, head) that the warpgroups of a program take at once.
-    n_items = batch * heads * triton.cdiv(seq, warpgroups * ROWS_PER_WARPGROUP.value)
-    if persistent:  # one program per SM, each taking pairs of items (about equal causal work per pair)
-        group = 2
-        programs = min(_sm_count(q.device), triton.cdiv(n_items, group))
-    else:
-        group, programs = 1, n_items
+    # Which items (query rows of one (batch, head) that a program's warpgroups take at once) each program takes.
+    table, programs = schedules.table_on(q.device, schedule, batch * heads, seq, warpgroups, BLOCK_N,
+                                         bool(causal), _sm_count(q.device))
     _hopper_fwd_kernel[(programs,)](
         descriptor(q, ROWS_PER_WARPGROUP.value), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N),
-        descriptor(out, ROWS_PER_WARPGROUP.value), lse, sm_scale * LOG2_E, seq, n_items,
-        CAUSAL=bool(causal), STORE_LSE=return_lse, STAGES=STAGES, PINGPONG=pingpong, GROUP=group,
+        descriptor(out, ROWS_PER_WARPGROUP.value), lse, sm_scale * LOG2_E, seq, table,
+        CAUSAL=bool(causal), STORE_LSE=return_lse, STAGES=STAGES, PINGPONG=pingpong,
         EXP2_ON_FMA=exp2_on_fma, WARPGROUPS=warpgroups, WORKER_REGS=REGISTERS[warpgroups][1],
         num_warps=4, maxnreg=REGISTERS[warpgroups][0],
     )

@@ -106,6 +106,12 @@ def test_gluon_exponential_switch_takes_0_1_or_2(device, value):
         hopper.attention(q, q, q, causal=False, sm_scale=0.125, return_lse=False, exp2_on_fma=value)
 
 
+def test_gluon_schedule_must_be_known(device):
+    q = torch.randn(1, 1, 128, 64, device=device, dtype=torch.float16)
+    with pytest.raises(ValueError, match="schedule must be one of one_per_item, in_pairs, balanced; got 'pairs'"):
+        hopper.attention(q, q, q, causal=False, sm_scale=0.125, return_lse=False, schedule="pairs")
+
+
 def test_fallback_reason_names_the_interpreter():
     if HAS_CUDA:
         pytest.skip("the interpreter is only used without a GPU")
@@ -194,10 +200,11 @@ def test_odd_inputs_fall_back_correctly(rng, n_q, n_k, d, dtype):
 needs_hopper = pytest.mark.skipif(not HAS_CUDA or torch.cuda.get_device_capability()[0] != 9,
                                   reason="the Gluon kernel uses Hopper's wgmma (compute capability 9.0)")
 # The Gluon kernel's variants: the final one (at these lengths, two computing warpgroups), three computing
-# warpgroups (head dim 64 only), and the worklog's other steps (one program per item, ping-pong, exponentials
-# on the FMA units).
-SCHEDULES = {"persistent": {}, "three_warpgroups": {"warpgroups": 3}, "per_item": {"persistent": False},
-             "pingpong": {"persistent": False, "pingpong": True}, "exp2_on_fma": {"exp2_on_fma": 1}}
+# warpgroups (head dim 64 only), and the worklog's other steps (one program per item, items in pairs,
+# ping-pong, exponentials on the FMA units).
+SCHEDULES = {"balanced": {}, "three_warpgroups": {"warpgroups": 3}, "in_pairs": {"schedule": "in_pairs"},
+             "one_per_item": {"schedule": "one_per_item"},
+             "pingpong": {"schedule": "one_per_item", "pingpong": True}, "exp2_on_fma": {"exp2_on_fma": 1}}
 
 
 @pytest.mark.gpu
@@ -241,13 +248,15 @@ def test_gluon_kernel_writes_every_element_and_matches_float64(rng, schedule, n,
 @needs_hopper
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize(("d", "warpgroups"), [(64, 2), (64, 3), (128, 2)])
-def test_persistent_programs_take_many_items_and_a_short_last_group(rng, d, warpgroups, causal):
-    # 285 heads x 3 query blocks of 128 rows: 855 items, several pairs per program, and one program ends on a
-    # lone item. With blocks of 192 rows, N = 896: 285 heads x 5 blocks, the last one partial (128 rows).
+@pytest.mark.parametrize("schedule", ["in_pairs", "balanced"])
+def test_persistent_programs_take_many_items_and_a_short_last_group(rng, schedule, d, warpgroups, causal):
+    # 285 heads x 3 query blocks of 128 rows: 855 items, several pairs per program, and in pairs one program
+    # ends on a lone item; the balanced schedule deals the last two rounds out item by item. With blocks of
+    # 192 rows, N = 896: 285 heads x 5 blocks, the last one partial (128 rows).
     q, k, v = make_qkv(5, 57, 384 if warpgroups == 2 else 896, d, torch.float16, "cuda", rng)
     out = torch.full_like(q, float("nan"))
     out = hopper.attention(q, k, v, causal=causal, sm_scale=1 / math.sqrt(d), return_lse=False, out=out,
-                           warpgroups=warpgroups)
+                           warpgroups=warpgroups, schedule=schedule)
     assert not out.isnan().any(), "some output element was never written"
     assert rel_error(out, reference(q, k, v, causal)) < TOLERANCE[torch.float16]
 

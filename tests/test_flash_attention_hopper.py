@@ -33,10 +33,10 @@ def compile_for_hopper(head_dim: int, causal: bool, exp2_on_fma: int = 0, warpgr
 
     q_block, kv_block = descriptor_type(hopper.ROWS_PER_WARPGROUP.value), descriptor_type(hopper.BLOCK_N)
     signature = {"q_desc": q_block, "k_desc": kv_block, "v_desc": kv_block, "o_desc": q_block, "lse_ptr": "*fp32",
-                 "qk_scale": "fp32", "seq_len": "i32", "n_items": "i32", "CAUSAL": "constexpr",
-                 "STORE_LSE": "constexpr", "STAGES": "constexpr", "PINGPONG": "constexpr", "GROUP": "constexpr",
+                 "qk_scale": "fp32", "seq_len": "i32", "schedule": "*i32", "CAUSAL": "constexpr",
+                 "STORE_LSE": "constexpr", "STAGES": "constexpr", "PINGPONG": "constexpr",
                  "EXP2_ON_FMA": "constexpr", "WARPGROUPS": "constexpr", "WORKER_REGS": "constexpr"}
-    constants = {"CAUSAL": causal, "STORE_LSE": True, "STAGES": hopper.STAGES, "PINGPONG": False, "GROUP": 2,
+    constants = {"CAUSAL": causal, "STORE_LSE": True, "STAGES": hopper.STAGES, "PINGPONG": False,
                  "EXP2_ON_FMA": exp2_on_fma, "WARPGROUPS": warpgroups,
                  "WORKER_REGS": hopper.REGISTERS[warpgroups][1]}
     source = GluonASTSource(fn=hopper._hopper_fwd_kernel, signature=signature, constexprs=constants)
