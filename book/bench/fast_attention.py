@@ -209,6 +209,7 @@ BENCHMARK = Benchmark(
     chapter="ch07",
     title="Chapter 7: the fast kernel against every SDPA backend",
     sources=["kernels/flash_attention.py", "kernels/flash_attention_fast.py", "kernels/flash_attention_hopper.py",
+             "kernels/hopper_schedule.py",
              "book/bench/fast_attention.py"],
     run=run,
     views={"table": table, "plot": plot, "verdict": verdict, "against-fa2": against_fa2, "host-time": host_time},

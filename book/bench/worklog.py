@@ -308,6 +308,7 @@ BENCHMARK = Benchmark(
     chapter="ch07",
     title="Chapter 7 worklog: one change per step",
     sources=["kernels/flash_attention.py", "kernels/flash_attention_fast.py", "kernels/flash_attention_hopper.py",
+             "kernels/hopper_schedule.py",
              "book/bench/worklog.py"],
     run=run,
     views={"table": steps_table, "plot": steps_plot, "deltas": step_deltas, "predictions": predictions,
