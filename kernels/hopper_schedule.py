@@ -29,6 +29,29 @@ import torch
 ROWS_PER_WARPGROUP = 64
 
 
+# --8<-- [start:pairs]
+def one_per_item(heads: int, blocks: int) -> list[list[int]]:
+    """One program per item: head by head, each head's last (longest causal) block first."""
+    return [[head * blocks + blocks - 1 - r] for head in range(heads) for r in range(blocks)]
+
+
+def _pairs(heads: int, blocks: int) -> list[tuple[int, ...]]:
+    """Zigzag pairs within each head, then the middle blocks of odd heads, two heads' to a pair."""
+    pairs = [(head * blocks + blocks - 1 - i, head * blocks + i) for head in range(heads) for i in range(blocks // 2)]
+    if blocks % 2:
+        middles = [head * blocks + blocks // 2 for head in range(heads)]
+        pairs += [tuple(middles[i:i + 2]) for i in range(0, len(middles), 2)]
+    return pairs
+
+
+def in_pairs(heads: int, blocks: int, programs: int) -> list[list[int]]:
+    """Program p takes pairs p, p + programs, p + 2 * programs, ...: neighbouring programs, neighbouring blocks."""
+    pairs = _pairs(heads, blocks)
+    return [[item for pair in pairs[p::programs] for item in pair] for p in range(programs)]
+# --8<-- [end:pairs]
+
+
+# --8<-- [start:balanced]
 def tiles_per_warpgroup(block: int, seq: int, warpgroups: int, block_n: int, causal: bool) -> list[int]:
     """The K/V tiles each warpgroup of one item uses: causal rows stop at the diagonal; rows past the end, none."""
     firsts = [block * warpgroups * ROWS_PER_WARPGROUP + w * ROWS_PER_WARPGROUP for w in range(warpgroups)]
@@ -49,24 +72,6 @@ def item_cost(tiles: list[int]) -> float:
     return (sum(tiles) / len(tiles) + max(tiles)) / 2 + 1
 
 
-def one_per_item(heads: int, blocks: int) -> list[list[int]]:
-    return [[head * blocks + blocks - 1 - r] for head in range(heads) for r in range(blocks)]
-
-
-def _pairs(heads: int, blocks: int) -> list[tuple[int, ...]]:
-    """Zigzag pairs within each head, then the middle blocks of odd heads, two heads' to a pair."""
-    pairs = [(head * blocks + blocks - 1 - i, head * blocks + i) for head in range(heads) for i in range(blocks // 2)]
-    if blocks % 2:
-        middles = [head * blocks + blocks // 2 for head in range(heads)]
-        pairs += [tuple(middles[i:i + 2]) for i in range(0, len(middles), 2)]
-    return pairs
-
-
-def in_pairs(heads: int, blocks: int, programs: int) -> list[list[int]]:
-    pairs = _pairs(heads, blocks)
-    return [[item for pair in pairs[p::programs] for item in pair] for p in range(programs)]
-
-
 def balanced(heads: int, blocks: int, programs: int, cost) -> list[list[int]]:
     """`in_pairs` up to the last full round; from there, single items longest first to the least loaded program.
 
@@ -84,8 +89,10 @@ def balanced(heads: int, blocks: int, programs: int, cost) -> list[list[int]]:
         mine[p].append(item)
         heapq.heappush(least_loaded, (work + cost(item % blocks), p))
     return mine
+# --8<-- [end:balanced]
 
 
+# --8<-- [start:table]
 def as_table(schedule: list[list[int]]) -> list[int]:
     """One flat list for the kernel: where each program's items start (programs + 1 offsets), then the items."""
     starts = [len(schedule) + 1]
@@ -110,3 +117,4 @@ def table_on(device: torch.device, name: str, heads: int, seq: int, warpgroups: 
             return item_cost(tiles_per_warpgroup(block, seq, warpgroups, block_n, causal))
         schedule = balanced(heads, blocks, min(sm_count, heads * blocks), cost)
     return torch.tensor(as_table(schedule), dtype=torch.int32, device=device), len(schedule)
+# --8<-- [end:table]

@@ -58,3 +58,11 @@ def test_odd_pairs():
     assert "132 programs = 12 x 11" in fresh
     busiest = [int(line.split("busiest program ")[1].split()[0]) for line in fresh.splitlines() if "busiest" in line]
     assert busiest[1] < busiest[0]  # the middle blocks paired across heads unload the busiest program
+
+
+def test_last_round():
+    stored, fresh = snippets.check("snippets/ch07/last_round.py")
+    assert fresh == stored
+    assert "4096 items in 2048 pairs of equal work: 15.52 rounds of 132 programs" in fresh
+    ratios = [float(line.rsplit(" ", 1)[1]) for line in fresh.splitlines() if "busiest / mean" in line]
+    assert ratios[0] > 1.03 and ratios[1] < 1.01  # a 16th pair for some programs; then about even
