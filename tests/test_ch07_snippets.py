@@ -66,3 +66,10 @@ def test_last_round():
     assert "4096 items in 2048 pairs of equal work: 15.52 rounds of 132 programs" in fresh
     ratios = [float(line.rsplit(" ", 1)[1]) for line in fresh.splitlines() if "busiest / mean" in line]
     assert ratios[0] > 1.03 and ratios[1] < 1.01  # a 16th pair for some programs; then about even
+
+
+def test_exercise_last_round():
+    stored, fresh = snippets.check("snippets/ch07/exercise_last_round.py")
+    assert fresh == stored
+    assert fresh.count("1024 pairs,  7.76 rounds of work in 8 rounds of time, 3.0% idle") == 5
+    assert "balanced at N = 2048: busiest program 0.4% above the mean" in fresh
