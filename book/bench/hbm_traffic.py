@@ -171,12 +171,13 @@ def run(progress: Progress) -> list[dict]:
         progress("profiling under ncu: " + " ".join(command[:-4]))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
-        if "ERR_NVGPUCTRPERM" in done.stdout + done.stderr:
+        said = done.stdout + done.stderr + (open(log_path).read() if os.path.isfile(log_path) else "")
+        if "ERR_NVGPUCTRPERM" in said:
             raise BenchmarkSkipped("ncu may not read the GPU's performance counters here (ERR_NVGPUCTRPERM: "
                                    "run as root or allow profiling for all users); the page keeps the committed "
                                    "results.")
         if done.returncode != 0 or not os.path.isfile(cases_path):
-            raise RuntimeError(f"ncu failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
+            raise RuntimeError(f"ncu failed (exit {done.returncode}):\n{said[-3000:]}")
         with open(cases_path) as f:
             cases = json.load(f)
         with open(log_path) as f:
