@@ -1,0 +1,269 @@
+"""Chapter 10: the FlashAttention backward pass, readable first.
+
+The forward pass (chapter 5) keeps only O and the row logsumexp L. The backward rebuilds every tile of P
+from Q, K and L instead of reading a stored N x N matrix: P_ij = exp(S_ij - L_i), S = Q Kᵀ · scale. With
+dO given, the gradients are
+
+    dV = Pᵀ dO          dP = dO Vᵀ          dS = P ∘ (dP − D),  D_i = Σ_d dO_id · O_id
+    dQ = dS K · scale    dK = dSᵀ Q · scale
+
+D comes from O and dO alone (a row of P times a row of dP sums to a row of dO times a row of O), so a small
+first kernel computes it for every row. Then two kernels share the work (FlashAttention-2's choice):
+
+- one program per block of BLOCK_N keys keeps its K and V on chip, streams the Q, dO, L and D blocks past
+  them, and accumulates its dK and dV rows, which it writes once;
+- one program per block of BLOCK_M queries keeps its Q, dO, L and D on chip, streams K and V past them, and
+  accumulates its dQ rows, which it writes once.
+
+Every program owns the rows it writes, so no two programs add into the same output: no atomics, and the
+result does not depend on the order in which programs run. The price is computing each P tile twice.
+
+Causal attention skips the tiles no row of the block sees, as in the forward pass; every tile gets the
+element-wise mask here (a later, faster kernel splits off the diagonal). Rows that see no key (bottom-right
+alignment with Nq > Nk) have L = -inf: their P is 0 and their gradients are 0, never NaN.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+import kernels
+from kernels import flash_attention as forward
+from kernels.validate import check_same_device, check_same_dtype, softmax_scale
+
+LOG2_E = forward.LOG2_E
+
+
+# --8<-- [start:delta]
+@triton.jit
+def _attn_bwd_delta(O, DO, Delta, stride_ob, stride_oh, stride_om, stride_dob, stride_doh, stride_dom,
+                    H, N_CTX_Q, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, BLOCK_M: tl.constexpr):
+    """D_i = Σ_d dO_id · O_id in fp32, for BLOCK_M rows of one (batch, head). Delta is (batch * heads, Nq)."""
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    batch, head = pid_bh // H, pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    mask = (offs_m[:, None] < N_CTX_Q) & (offs_d[None, :] < HEAD_DIM)
+    o = tl.load(O + batch * stride_ob + head * stride_oh + offs_m[:, None] * stride_om + offs_d[None, :],
+                mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(DO + batch * stride_dob + head * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :],
+                 mask=mask, other=0.0).to(tl.float32)
+    tl.store(Delta + pid_bh * N_CTX_Q + offs_m, tl.sum(o * do, 1), mask=offs_m < N_CTX_Q)
+# --8<-- [end:delta]
+
+
+# --8<-- [start:probabilities]
+@triton.jit
+def _probabilities(q, k, lse2, offs_m, offs_n, qk_scale, causal_offset, N_CTX_Q, N_CTX_K,
+                   CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One tile of P rebuilt from Q, K and the forward's logsumexp: P = 2^(S · qk_scale − lse2), in fp32.
+
+    Base-2 units, as in the forward: qk_scale = scale · log2(e) and lse2 = L · log2(e). Scores of keys out of
+    range, in a row's future (CAUSAL), or of rows that saw no key at all (lse2 = -inf) give P = 0.
+    """
+    qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+    visible = (offs_m[:, None] < N_CTX_Q) & (offs_n[None, :] < N_CTX_K) & (lse2[:, None] > float("-inf"))
+    if CAUSAL:
+        visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+    return tl.where(visible, tl.math.exp2(qk * qk_scale - lse2[:, None]), 0.0)
+# --8<-- [end:probabilities]
+
+
+# --8<-- [start:dkdv]
+@triton.jit
+def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, Lse, Delta, sm_scale, qk_scale,
+                   stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+                   stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
+                   stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
+                   H, N_CTX_Q, N_CTX_K,
+                   HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr,
+                   BOTTOM_RIGHT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Grid: (K/V blocks, batch * heads). This program owns keys [start_n, start_n + BLOCK_N) of one head.
+    pid_n = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    batch, head = pid_bh // H, pid_bh % H
+    start_n = pid_n * BLOCK_N
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    kv_mask = (offs_n[:, None] < N_CTX_K) & (offs_d[None, :] < HEAD_DIM)
+    k = tl.load(K + batch * stride_kb + head * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :],
+                mask=kv_mask, other=0.0)
+    v = tl.load(V + batch * stride_vb + head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :],
+                mask=kv_mask, other=0.0)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
+
+    causal_offset = 0
+    if BOTTOM_RIGHT:
+        causal_offset = N_CTX_K - N_CTX_Q
+    lo = 0
+    if CAUSAL:
+        # Query i sees key j when j <= i + causal_offset: the first row that sees key start_n is
+        # start_n - causal_offset. Q blocks above it see none of these keys; skip them.
+        lo = tl.maximum(start_n - causal_offset, 0) // BLOCK_M * BLOCK_M
+    for start_m in range(lo, N_CTX_Q, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        q_mask = (offs_m[:, None] < N_CTX_Q) & (offs_d[None, :] < HEAD_DIM)
+        q = tl.load(Q + batch * stride_qb + head * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :],
+                    mask=q_mask, other=0.0)
+        do = tl.load(DO + batch * stride_dob + head * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :],
+                     mask=q_mask, other=0.0)
+        lse2 = tl.load(Lse + pid_bh * N_CTX_Q + offs_m, mask=offs_m < N_CTX_Q, other=0.0) * 1.4426950408889634
+        delta = tl.load(Delta + pid_bh * N_CTX_Q + offs_m, mask=offs_m < N_CTX_Q, other=0.0)
+        p = _probabilities(q, k, lse2, offs_m, offs_n, qk_scale, causal_offset, N_CTX_Q, N_CTX_K,
+                           CAUSAL, DOT_PRECISION)
+        dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv, input_precision=DOT_PRECISION)  # dV += Pᵀ dO
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # dP = dO Vᵀ
+        ds = p * (dp - delta[:, None])  # dS = P ∘ (dP − D)
+        dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk, input_precision=DOT_PRECISION)  # dK += dSᵀ Q
+    dk = dk * sm_scale
+    tl.store(DK + batch * stride_dkb + head * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :],
+             dk.to(DK.dtype.element_ty), mask=kv_mask)
+    tl.store(DV + batch * stride_dvb + head * stride_dvh + offs_n[:, None] * stride_dvn + offs_d[None, :],
+             dv.to(DV.dtype.element_ty), mask=kv_mask)
+# --8<-- [end:dkdv]
+
+
+# --8<-- [start:dq]
+@triton.jit
+def _attn_bwd_dq(Q, K, V, DO, DQ, Lse, Delta, sm_scale, qk_scale,
+                 stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+                 stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
+                 stride_dqb, stride_dqh, stride_dqm,
+                 H, N_CTX_Q, N_CTX_K,
+                 HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr,
+                 BOTTOM_RIGHT: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # Grid: (Q blocks, batch * heads). This program owns query rows [start_m, start_m + BLOCK_M) of one head.
+    pid_m = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    batch, head = pid_bh // H, pid_bh % H
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    q_mask = (offs_m[:, None] < N_CTX_Q) & (offs_d[None, :] < HEAD_DIM)
+    q = tl.load(Q + batch * stride_qb + head * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :],
+                mask=q_mask, other=0.0)
+    do = tl.load(DO + batch * stride_dob + head * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :],
+                 mask=q_mask, other=0.0)
+    lse2 = tl.load(Lse + pid_bh * N_CTX_Q + offs_m, mask=offs_m < N_CTX_Q, other=0.0) * 1.4426950408889634
+    delta = tl.load(Delta + pid_bh * N_CTX_Q + offs_m, mask=offs_m < N_CTX_Q, other=0.0)
+    dq = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+
+    causal_offset = 0
+    if BOTTOM_RIGHT:
+        causal_offset = N_CTX_K - N_CTX_Q
+    hi = N_CTX_K
+    if CAUSAL:
+        # The block's last row sees keys up to last_row + causal_offset; later K/V blocks are skipped.
+        last_row = tl.minimum(start_m + BLOCK_M, N_CTX_Q) - 1
+        hi = tl.maximum(tl.minimum(last_row + causal_offset + 1, N_CTX_K), 0)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = (offs_n[:, None] < N_CTX_K) & (offs_d[None, :] < HEAD_DIM)
+        k = tl.load(K + batch * stride_kb + head * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :],
+                    mask=kv_mask, other=0.0)
+        v = tl.load(V + batch * stride_vb + head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :],
+                    mask=kv_mask, other=0.0)
+        p = _probabilities(q, k, lse2, offs_m, offs_n, qk_scale, causal_offset, N_CTX_Q, N_CTX_K,
+                           CAUSAL, DOT_PRECISION)
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # dP = dO Vᵀ
+        ds = p * (dp - delta[:, None])  # dS = P ∘ (dP − D)
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)  # dQ += dS K
+    dq = dq * sm_scale
+    tl.store(DQ + batch * stride_dqb + head * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :],
+             dq.to(DQ.dtype.element_ty), mask=q_mask)
+# --8<-- [end:dq]
+
+
+def _tiles(head_dim_pad: int, dtype: torch.dtype) -> dict:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for both kernels: small in the interpreter and for fp32
+    (exact products on the FP32 units), 64 x 64 up to head dim 128, 32 x 32 above it (shared memory)."""
+    if kernels.interpreting():
+        return {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+    if dtype == torch.float32 or head_dim_pad > 128:
+        return {"BLOCK_M": 32, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
+    return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+
+
+# --8<-- [start:wrapper]
+def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                       lse: torch.Tensor, *, causal: bool = False, causal_alignment: str = "top-left",
+                       sm_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) of softmax(q kᵀ · sm_scale) v, given dO and what chapter 5's forward returned: out and
+    its row logsumexp lse (attention(..., return_lse=True)), with the same causal settings and scale."""
+    forward.validate_inputs(q, k, v)
+    if causal_alignment not in forward.ALIGNMENTS:
+        raise ValueError(f"causal_alignment must be one of {forward.ALIGNMENTS}, got {causal_alignment!r}")
+    batch, heads, n_q, head_dim = q.shape
+    n_k = k.shape[2]
+    for name, t in (("do", do), ("out", out)):
+        if t.shape != q.shape:
+            raise ValueError(f"{name} must have q's shape {tuple(q.shape)}, got {tuple(t.shape)}")
+        if t.numel() and t.stride(-1) != 1:
+            raise ValueError(f"{name} must have unit stride along head_dim; pass {name}.contiguous()")
+    if lse.shape != (batch, heads, n_q) or lse.dtype != torch.float32 or not lse.is_contiguous():
+        raise ValueError(f"lse must be the forward's contiguous float32 logsumexp of shape {(batch, heads, n_q)}, "
+                         f"got {lse.dtype} of shape {tuple(lse.shape)}")
+    check_same_device(q=q, do=do, out=out, lse=lse)
+    check_same_dtype(q=q, do=do, out=out)
+    sm_scale = softmax_scale(sm_scale, head_dim)
+    if q.dtype == torch.bfloat16 and kernels.interpreting():
+        # Triton's CPU interpreter computes tl.dot on bf16 operands wrongly (chapter 5's wrapper says so too):
+        # there, and only there, run the fp32 kernels on upcast copies and round the gradients to bf16.
+        grads = attention_backward(do.float(), q.float(), k.float(), v.float(), out.float(), lse, causal=causal,
+                                   causal_alignment=causal_alignment, sm_scale=sm_scale)
+        return tuple(g.to(torch.bfloat16) for g in grads)
+    dq, dk, dv = (torch.empty(t.shape, device=t.device, dtype=t.dtype) for t in (q, k, v))
+    if q.numel() == 0:
+        return dq, dk.zero_(), dv.zero_()
+
+    head_dim_pad = max(triton.next_power_of_2(head_dim), 16)
+    tiles = _tiles(head_dim_pad, q.dtype)
+    shape = {"HEAD_DIM": head_dim, "HEAD_DIM_PAD": head_dim_pad}
+    options = {"CAUSAL": bool(causal), "BOTTOM_RIGHT": causal_alignment == "bottom-right",
+               "DOT_PRECISION": "ieee" if q.dtype == torch.float32 else "tf32", **tiles}
+    delta = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)
+    _attn_bwd_delta[(triton.cdiv(n_q, tiles["BLOCK_M"]), batch * heads)](
+        out, do, delta, *out.stride()[:3], *do.stride()[:3], heads, n_q, BLOCK_M=tiles["BLOCK_M"], **shape)
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
+    _attn_bwd_dkdv[(triton.cdiv(n_k, tiles["BLOCK_N"]), batch * heads)](
+        q, k, v, do, dk, dv, lse, delta, sm_scale, sm_scale * LOG2_E, *strides, *dk.stride()[:3],
+        *dv.stride()[:3], heads, n_q, n_k, **shape, **options)
+    _attn_bwd_dq[(triton.cdiv(n_q, tiles["BLOCK_M"]), batch * heads)](
+        q, k, v, do, dq, lse, delta, sm_scale, sm_scale * LOG2_E, *strides, *dq.stride()[:3],
+        heads, n_q, n_k, **shape, **options)
+    return dq, dk, dv
+# --8<-- [end:wrapper]
+
+
+# --8<-- [start:autograd]
+class FlashAttention(torch.autograd.Function):
+    """Chapter 5's forward and this file's backward as one differentiable operation: the forward saves q, k, v,
+    the output and its logsumexp (no N x N matrix), and the backward rebuilds P from them."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal: bool, causal_alignment: str, sm_scale: float | None):
+        out, lse = forward.attention(q, k, v, causal=causal, causal_alignment=causal_alignment,
+                                     sm_scale=sm_scale, return_lse=True)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.settings = {"causal": causal, "causal_alignment": causal_alignment, "sm_scale": sm_scale}
+        return out
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = attention_backward(do.contiguous() if do.stride(-1) != 1 else do, q, k, v, out, lse,
+                                        **ctx.settings)
+        return dq, dk, dv, None, None, None
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+              causal_alignment: str = "top-left", sm_scale: float | None = None) -> torch.Tensor:
+    """Chapter 5's attention(), differentiable: gradients reach q, k and v through attention_backward."""
+    return FlashAttention.apply(q, k, v, causal, causal_alignment, sm_scale)
+# --8<-- [end:autograd]

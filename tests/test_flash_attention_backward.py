@@ -1,0 +1,158 @@
+"""Chapter 10's FlashAttention backward kernels against float64 autograd.
+
+Under the interpreter (no GPU) the shapes stay small and odd, in fp32; the @pytest.mark.gpu tests run the
+half-precision dtypes, longer sequences and head dims up to 256 on the GPU.
+"""
+
+import math
+
+import pytest
+import torch
+
+from kernels import flash_attention_backward as backward
+from kernels.flash_attention import attention as forward_attention
+
+# Relative error ||grad - ref|| / ||ref|| allowed per dtype. The backward rounds P and dS to the input dtype
+# before its matrix products, one rounding more than the forward, so the half-precision bounds are looser.
+RTOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+
+
+def reference_grads(q, k, v, do, causal=False, alignment="top-left", sm_scale=None):
+    """(out, dq, dk, dv) by float64 autograd; rows that see no key give out 0 and zero gradients."""
+    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+    scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
+    s = q @ k.transpose(-1, -2) * scale
+    n_q, n_k = s.shape[-2:]
+    if causal:
+        offset = 0 if alignment == "top-left" else n_k - n_q
+        hidden = torch.arange(n_k)[None, :] > torch.arange(n_q)[:, None] + offset
+        s = s.masked_fill(hidden.to(s.device), float("-inf"))
+    m = s.amax(-1, keepdim=True)
+    e = torch.exp(s - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
+    total = e.sum(-1, keepdim=True)
+    out = (e / torch.where(total == 0, torch.ones_like(total), total)) @ v
+    out.backward(do.double())
+    return out.detach(), q.grad, k.grad, v.grad
+
+
+def rel_err(got, ref):
+    scale = ref.norm().item()
+    return (got.double() - ref).norm().item() / (scale if scale else 1.0)
+
+
+def inputs(b, h, n_q, n_k, d, dtype, device, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn((b, h, n, d), generator=generator).to(dtype=dtype, device=device)
+               for n in (n_q, n_k, n_k))
+    do = torch.randn((b, h, n_q, d), generator=generator).to(dtype=dtype, device=device)
+    return q, k, v, do
+
+
+def check(q, k, v, do, causal=False, alignment="top-left", sm_scale=None):
+    out, lse = forward_attention(q, k, v, causal=causal, causal_alignment=alignment, sm_scale=sm_scale,
+                                 return_lse=True)
+    grads = backward.attention_backward(do, q, k, v, out, lse, causal=causal, causal_alignment=alignment,
+                                        sm_scale=sm_scale)
+    _, *expected = reference_grads(q, k, v, do, causal, alignment, sm_scale)
+    for name, got, ref, source in zip("qkv", grads, expected, (q, k, v), strict=True):
+        assert got.shape == source.shape and got.dtype == source.dtype, name
+        assert not torch.isnan(got).any(), f"d{name} has NaN"
+        assert rel_err(got, ref) <= RTOL[q.dtype], f"d{name}: relative error {rel_err(got, ref):.2e}"
+    return grads
+
+
+# ---------------------------------------------------------------------------------------------------
+# On any machine (the interpreter without a GPU): small, odd shapes in fp32
+
+
+@pytest.mark.parametrize(
+    ("b", "h", "n_q", "n_k", "d", "causal", "alignment"),
+    [
+        (1, 2, 33, 33, 16, False, "top-left"),
+        (2, 1, 40, 23, 24, False, "top-left"),  # head dim not a power of two, Nq != Nk
+        (1, 2, 37, 37, 16, True, "top-left"),
+        (1, 1, 21, 45, 32, True, "bottom-right"),  # a KV cache longer than the queries
+        (1, 1, 45, 21, 16, True, "bottom-right"),  # the first 24 queries see no key: zero gradients
+        (1, 1, 30, 19, 16, True, "top-left"),
+    ],
+)
+def test_gradients_match_float64_autograd(b, h, n_q, n_k, d, causal, alignment, device):
+    dtype = torch.float32
+    q, k, v, do = inputs(b, h, n_q, n_k, d, dtype, device)
+    dq, dk, dv = check(q, k, v, do, causal, alignment)
+    if causal and alignment == "bottom-right" and n_q > n_k:
+        assert torch.all(dq[:, :, : n_q - n_k] == 0), "rows that see no key must get zero gradients"
+
+
+def test_non_contiguous_inputs_and_a_custom_scale(device):
+    # (B, N, H, D) memory viewed as (B, H, N, D): strides jump, head_dim stays unit-stride.
+    generator = torch.Generator().manual_seed(1)
+    q, k, v, do = (torch.randn((1, 19, 2, 16), generator=generator).to(device).transpose(1, 2) for _ in range(4))
+    check(q, k, v, do, causal=True, sm_scale=0.3)
+
+
+def test_autograd_function_gives_every_gradient(device):
+    q, k, v, do = inputs(1, 2, 26, 26, 16, torch.float32, device, seed=2)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    out = backward.attention(q, k, v, causal=True)
+    out.backward(do)
+    ref_out, *expected = reference_grads(q, k, v, do, causal=True)
+    assert rel_err(out.detach(), ref_out) <= RTOL[torch.float32]
+    for got, ref in zip((q.grad, k.grad, v.grad), expected, strict=True):
+        assert rel_err(got, ref) <= RTOL[torch.float32]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda a: {**a, "do": a["do"][..., :8]}, "do must have q's shape"),
+        (lambda a: {**a, "lse": a["lse"].double()}, "lse must be the forward's contiguous float32 logsumexp"),
+        (lambda a: {**a, "out": a["out"].transpose(-1, -2).contiguous().transpose(-1, -2)},
+         "out must have unit stride along head_dim"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(change, message, device):
+    q, k, v, do = inputs(1, 1, 16, 16, 16, torch.float32, device)
+    out, lse = forward_attention(q, k, v, return_lse=True)
+    args = change({"do": do, "out": out, "lse": lse})
+    with pytest.raises(ValueError, match=message):
+        backward.attention_backward(args["do"], q, k, v, args["out"], args["lse"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# On the GPU: every dtype, longer and odd sequences, head dims up to 256, poisoned memory
+
+
+def _poison_the_allocator():
+    """Fill the memory the caching allocator will hand out next with NaN: an element a kernel forgets to
+    write then shows up as NaN."""
+    torch.full((64 * 2**20,), float("nan"), device="cuda", dtype=torch.float32)  # freed at once, cached
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(("n_q", "n_k", "d", "causal", "alignment"), [
+    (1024, 1024, 64, False, "top-left"),
+    (1024, 1024, 128, True, "top-left"),
+    (1000, 1000, 80, True, "top-left"),
+    (333, 777, 64, True, "bottom-right"),
+    (777, 333, 128, True, "bottom-right"),
+    (257, 257, 256, False, "top-left"),
+])
+def test_gpu_gradients(dtype, n_q, n_k, d, causal, alignment):
+    q, k, v, do = inputs(2, 3, n_q, n_k, d, dtype, "cuda", seed=n_q + d)
+    _poison_the_allocator()
+    check(q, k, v, do, causal, alignment)
+
+
+@pytest.mark.gpu
+def test_gpu_autograd_matches_sdpa_in_a_small_model_step():
+    q, k, v, do = inputs(4, 8, 2048, 2048, 64, torch.float16, "cuda", seed=3)
+    ours = [t.clone().requires_grad_() for t in (q, k, v)]
+    theirs = [t.clone().requires_grad_() for t in (q, k, v)]
+    backward.attention(*ours, causal=True).backward(do)
+    torch.nn.functional.scaled_dot_product_attention(*theirs, is_causal=True).backward(do)
+    _, *expected = reference_grads(q, k, v, do, causal=True)
+    for mine, sdpa, ref in zip(ours, theirs, expected, strict=True):
+        # As close to float64 as SDPA's own gradients are, within a factor of two.
+        assert rel_err(mine.grad, ref) <= 2 * rel_err(sdpa.grad, ref) + 1e-4
