@@ -49,8 +49,8 @@ BAD = _result([_speed(64, 2048, False, 390.0, 300.0), _speed(128, 4096, True, 28
 def test_registered_for_chapter_5():
     benchmark = by_name("flash_attention")
     assert benchmark.chapter == "ch05"
-    assert set(benchmark.views) == {"tflops-plot", "table", "target", "checks", "memory-plot", "memory-table",
-                                    "memory-ratio"}
+    assert set(benchmark.views) == {"tflops-plot", "table", "target", "versus-plain", "checks", "memory-plot",
+                                    "memory-table", "memory-ratio"}
     assert "kernels/flash_attention.py" in benchmark.sources
 
 
@@ -122,3 +122,11 @@ def test_rows_are_flat_json():
     for row in GOOD["rows"]:
         assert all(isinstance(v, (int, float, str, bool)) or v is None for v in row.values())
     json.dumps(GOOD)
+
+
+def test_versus_plain_names_least_and_most_per_panel():
+    rows = [_speed(64, 1024, False, 250.0, 280.0, naive=50.0), _speed(64, 2048, False, 390.0, 300.0, naive=30.0),
+            _speed(128, 16384, True, 420.0, 310.0, naive=None)]
+    text = bench.versus_plain(_result(rows))
+    assert "- D = 64, non-causal: 5.0× at N = 1,024 (the least) to 13.0× at N = 2,048 (the most)." in text
+    assert "D = 128" not in text  # the plain version did not run there
