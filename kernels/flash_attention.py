@@ -145,14 +145,12 @@ def _attn_fwd(Q, K, V, Out, Lse, qk_scale,
     # --8<-- [end:loop-bounds]
 
     # --8<-- [start:kernel-tail]
-    # --8<-- [start:two-loops]
     acc, m_i, l_i = _attn_inner(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, offs_d,
                                 0, full_hi, qk_scale, causal_offset, N_CTX_K,
                                 HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, DOT_PRECISION, MASKED=False, CAUSAL=CAUSAL)
     acc, m_i, l_i = _attn_inner(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, offs_d,
                                 full_hi, diag_hi, qk_scale, causal_offset, N_CTX_K,
                                 HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, DOT_PRECISION, MASKED=True, CAUSAL=CAUSAL)
-    # --8<-- [end:two-loops]
 
     # Normalize once. A row that saw no key (l = 0) gets output 0 and logsumexp -inf.
     empty = l_i == 0.0
