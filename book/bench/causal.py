@@ -30,7 +30,7 @@ PEER_LABELS = {"flash": "SDPA flash (FA2)", "cudnn": "SDPA cuDNN", "efficient": 
 CHECKED_PEERS = {**{f"sdpa_{p}_causal": f"{label}, causal" for p, label in PEER_LABELS.items()},
                  "sdpa_flash": "SDPA flash (FA2), non-causal"}
 CHECK_HEADS = 2  # heads of batch 0 compared with a float32 reference before timing
-CHECK_CHUNK = 2048  # query rows of the reference computed at a time: a chunk's scores stay under 128 MiB
+CHECK_CHUNK = 2048  # query rows of the reference computed at a time: a chunk's scores take at most 128 MiB
 ROUNDS = 5  # non-causal and causal are timed this many times, interleaved; each keeps its median
 CHECK_RTOL = 5e-3  # fp16: relative error (norm of the difference over the norm of the reference)
 CHECK_ATOL = 1e-2  # fp16: largest absolute error of one output element

@@ -28,7 +28,7 @@ TARGET_RATIO = 1.0  # ours / the FlashAttention-2 backend of SDPA
 BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION"}
 GiB = 2**30
 CHECK_HEADS = 2  # heads of batch 0 compared with a float64 reference before timing
-CHECK_CHUNK = 2048  # query rows of the reference computed at a time: a chunk's scores stay under 256 MiB
+CHECK_CHUNK = 2048  # query rows of the reference computed at a time: a chunk's scores take at most 256 MiB
 # Tolerances against the float64 reference, for fp16 inputs: relative error (Frobenius norm of the
 # difference over the norm of the reference) and largest absolute error of one output element.
 MAX_REL_ERR = 5e-3
@@ -113,7 +113,8 @@ def within_tolerance(max_err: float, rel_err: float) -> bool:
 def _peak_extra_bytes(fn) -> int | None:
     """Peak memory allocated by fn beyond what was allocated before, or None when it cannot run.
 
-    fn must have run once already, so that compiling, autotuning and one-time workspaces are not counted.
+    Where fn's first call compiles, autotunes or sets up a workspace, call it once before, so that those
+    are not counted.
     """
     import torch
 
