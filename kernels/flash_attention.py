@@ -64,6 +64,7 @@ def _attn_inner(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, 
             v = tl.load(v_ptrs + start_n * stride_vn)
         # S_ij = Q_i K_j^T on the tensor cores, accumulated in fp32.
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        # --8<-- [start:masked-scores]
         if MASKED:
             visible = cols[None, :] < N_CTX_K
             if CAUSAL:
@@ -77,6 +78,7 @@ def _attn_inner(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, 
         else:
             m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
             p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+        # --8<-- [end:masked-scores]
         # Online softmax: rescale what was summed under the old max, then add this tile.
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
@@ -88,6 +90,7 @@ def _attn_inner(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, 
 
 
 # --8<-- [start:kernel]
+# --8<-- [start:kernel-head]
 @triton.jit
 def _attn_fwd(Q, K, V, Out, Lse, qk_scale,
               stride_qb, stride_qh, stride_qm, stride_qd,
@@ -120,6 +123,7 @@ def _attn_fwd(Q, K, V, Out, Lse, qk_scale,
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max, base-2 units
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp2(score - m_i)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)  # un-normalized output rows
+    # --8<-- [end:kernel-head]
 
     # --8<-- [start:loop-bounds]
     # Query i sees keys j <= i + causal_offset: offset 0 is top-left, Nk - Nq is bottom-right.
@@ -140,6 +144,7 @@ def _attn_fwd(Q, K, V, Out, Lse, qk_scale,
         diag_hi = N_CTX_K
     # --8<-- [end:loop-bounds]
 
+    # --8<-- [start:kernel-tail]
     acc, m_i, l_i = _attn_inner(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_n, offs_d,
                                 0, full_hi, qk_scale, causal_offset, N_CTX_K,
                                 HEAD_DIM, HEAD_DIM_PAD, BLOCK_N, DOT_PRECISION, MASKED=False, CAUSAL=CAUSAL)
@@ -158,6 +163,7 @@ def _attn_fwd(Q, K, V, Out, Lse, qk_scale,
         # logsumexp in natural-log units: (m + log2 l) * ln 2. Lse is contiguous (batch * heads, Nq).
         lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_safe)) * 0.6931471805599453)
         tl.store(Lse + pid_bh * N_CTX_Q + offs_m, lse, mask=offs_m < N_CTX_Q)
+    # --8<-- [end:kernel-tail]
 # --8<-- [end:kernel]
 
 

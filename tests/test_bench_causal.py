@@ -30,6 +30,10 @@ def _row(head_dim, n, speedup, ratio_to_flash, cudnn=True, tiles=(128, 64)):
         row[f"sdpa_{peer}_causal_TFLOPs"] = None if ms is None else flops / (ms * 1e-3) / 1e12
     row["causal_speedup"] = speedup
     row["flash_causal_speedup"] = 1.7
+    row.update({"max_err": 2e-3, "max_err_causal": 2e-3})
+    for key in bench.CHECKED_PEERS:
+        ran = row[f"{key}_ms"] is not None
+        row[f"{key}_max_err"], row[f"{key}_rel_err"], row[f"{key}_ok"] = (2e-3, 3e-4, True) if ran else (None,) * 3
     return row
 
 
@@ -43,7 +47,8 @@ def test_registered_for_chapter_6():
     benchmark = by_name("causal")
     assert benchmark.chapter == "ch06"
     assert "kernels/flash_attention.py" in benchmark.sources and "book/bench/causal.py" in benchmark.sources
-    assert set(benchmark.views) == {"speedup-plot", "speedup-table", "tflops-table", "tflops-plot", "targets"}
+    assert set(benchmark.views) == {"speedup-plot", "speedup-table", "tflops-table", "tflops-plot", "targets",
+                                    "checks"}
 
 
 def test_rows_are_flat_json():
@@ -111,3 +116,22 @@ def test_targets_without_peer():
     for row in result["rows"]:
         row["sdpa_flash_causal_TFLOPs"] = None
     assert '!!! note "' in bench.target_peer(result)
+
+
+def test_checks_names_every_implementation_and_the_wrong_one():
+    result = _result(cudnn=False)
+    result["rows"][0].update({"sdpa_efficient_causal_ok": False, "sdpa_efficient_causal_max_err": 0.5})
+    text = bench.checks(result)
+    for label in ["ours, non-causal", "ours, causal", *bench.CHECKED_PEERS.values()]:
+        assert f"| {label} |" in text
+    assert "| SDPA cuDNN, causal | 0 of 10 |" in text
+    assert "| 0.5 |" in text and "D=64 N=1,024" in text
+
+
+def test_checks_on_old_results_is_a_note():
+    result = _result()
+    for row in result["rows"]:
+        for key in [k for k in row if "max_err" in k or k.endswith("_ok") or k.startswith("sdpa_") and "rel_err" in k]:
+            del row[key]
+    text = bench.checks(result)
+    assert text.startswith('!!! note "Only our kernel was checked') and "4.0e-04" in text

@@ -150,3 +150,28 @@ def test_flash_traffic_falls_with_sram():
         b = sim.block_for_sram(sram, 32)
         totals.append(sim.flash_attention(Q, K, V, b, b, sram_bytes=sram)[1]["hbm_bytes"])
     assert totals[0] > totals[1] > totals[2]
+
+
+def test_paper_blocks_fit_and_grow_with_sram():
+    # The inner (key) block is capped at d; the outer (query) block takes the rest of the SRAM and more
+    # than doubles when the SRAM doubles, because the K/V tiles and acc take a fixed share.
+    d = 64
+    shapes = [sim.paper_blocks_for_sram(kib * 1024, d) for kib in (64, 128, 256, 512)]
+    assert all(block_n == d for _, block_n in shapes)
+    for kib, (block_m, block_n) in zip((64, 128, 256, 512), shapes, strict=True):
+        assert sim.working_set_bytes(block_m, block_n, d) <= kib * 1024 < sim.working_set_bytes(block_m + 1, block_n, d)
+    assert all(later >= 2 * earlier for (earlier, _), (later, _) in zip(shapes, shapes[1:], strict=False))
+    assert sim.paper_blocks_for_sram(4 * 1024, d)[1] == 4  # ceil(M / 4d) = 4 keys when M < 4d^2
+
+
+def test_blocking():
+    stored, fresh = snippets.check("snippets/ch05/blocking.py")
+    assert fresh == stored
+    lines = fresh.splitlines()
+    doubling = [line.split() for line in lines[3:6]]  # 128, 256 and 512 KiB, each against the size before
+    square, paper = [float(cols[3]) for cols in doubling], [float(cols[-1]) for cols in doubling]
+    assert all(0.55 < r < 0.71 for r in square)  # square blocks grow like sqrt(M): less than halved
+    assert all(r < square_r for r, square_r in zip(paper, square, strict=True))  # the paper's blocks gain more
+    gap = [float(line.split()[-1]) for line in lines[-5:]]
+    limit = float(lines[7].split("= ")[-1].rstrip(")"))
+    assert gap == sorted(gap) and gap[-1] < limit  # standard / flash levels off below 2 B_r / d

@@ -26,6 +26,10 @@ def test_exercise_tile_count():
     assert fresh == stored
     assert "24 x 47 = 1128 tiles, computed 599" in fresh
     assert "47 x 24 = 1128 tiles, computed 576" in fresh
+    # Both shapes spend the same tiles on rows 0 to 2943; the 23-tile difference is all in the last Q block.
+    assert fresh.count("Q blocks before row 2944: 552 tiles") == 2
+    assert "(56 real rows of 128): 47 tiles" in fresh and "(56 real rows of 64): 24 tiles" in fresh
+    assert 599 - 576 == 47 - 24
 
 
 def test_exercise_alignment():

@@ -5,6 +5,11 @@ memory-efficient), all pinned with torch.nn.attention.sdpa_kernel and measured i
 Shapes follow the usual FlashAttention benchmarks: B * N = 16384 tokens, H = 32 at head dim 64 and
 H = 16 at head dim 128, fp16, random normal inputs. FLOPs are 4 * B * H * N^2 * D (the two matmuls),
 halved for causal; softmax and rescaling are left out by convention (FlashAttention-2, section 4.1).
+
+Before it is timed, every implementation (ours causal and not, each SDPA backend) is compared with a float32
+reference on the first CHECK_HEADS heads of batch 0. A row records each one's largest absolute error and
+relative error. Ours out of tolerance stops the run; an SDPA backend out of tolerance is recorded with
+KEY_ok = False and not timed.
 """
 
 from __future__ import annotations
@@ -21,9 +26,14 @@ TOKENS = 16384  # batch * seq_len
 HEADS = {64: 32, 128: 16}  # head dim -> heads
 PEERS = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
 PEER_LABELS = {"flash": "SDPA flash (FA2)", "cudnn": "SDPA cuDNN", "efficient": "SDPA efficient"}
+# Every SDPA run the benchmark times, by its key in a row: the three backends causal, and FA2 non-causal.
+CHECKED_PEERS = {**{f"sdpa_{p}_causal": f"{label}, causal" for p, label in PEER_LABELS.items()},
+                 "sdpa_flash": "SDPA flash (FA2), non-causal"}
 CHECK_HEADS = 2  # heads of batch 0 compared with a float32 reference before timing
+CHECK_CHUNK = 2048  # query rows of the reference computed at a time: a chunk's scores take at most 128 MiB
 ROUNDS = 5  # non-causal and causal are timed this many times, interleaved; each keeps its median
-CHECK_RTOL = 5e-3  # fp16
+CHECK_RTOL = 5e-3  # fp16: relative error (norm of the difference over the norm of the reference)
+CHECK_ATOL = 1e-2  # fp16: largest absolute error of one output element
 SPEEDUP_FROM, SPEEDUP_TARGET = 4096, 1.8  # causal at least 1.8x faster than non-causal from N = 4K
 PEER_FROM, PEER_TARGET = 2048, 1.0  # causal at least as fast as FlashAttention-2 from N = 2K
 
@@ -46,6 +56,10 @@ def run(progress: Progress) -> list[dict]:
         for n in SEQ_LENS:
             row = _measure(TOKENS // n, heads, n, head_dim)
             rows.append(row)
+            for key in CHECKED_PEERS:
+                if row[f"{key}_ok"] is False:
+                    progress(f"WRONG OUTPUT, not timed: {CHECKED_PEERS[key]} at D={head_dim} N={n}: max error "
+                             f"{row[f'{key}_max_err']:.2e}, relative error {row[f'{key}_rel_err']:.2e}")
             peers = ", ".join(f"{p} {_fmt(row[f'sdpa_{p}_causal_TFLOPs'])}" for p in PEERS)
             progress(f"D={head_dim:>3} N={n:>5}: non-causal {row['triton_ms']:.3f} ms, causal "
                      f"{row['triton_causal_ms']:.3f} ms ({row['causal_speedup']:.2f}x); causal TFLOP/s: ours "
@@ -58,24 +72,37 @@ def _fmt(value: float | None) -> str:
 
 
 def _reference(q, k, v, causal: bool):
-    """float32 attention for the first CHECK_HEADS heads of batch 0, one head at a time."""
+    """float32 attention for the first CHECK_HEADS heads of batch 0, CHECK_CHUNK query rows at a time."""
     import torch
 
-    outs = []
+    n, d = q.shape[-2], q.shape[-1]
+    out = torch.empty(CHECK_HEADS, n, d, dtype=torch.float32, device=q.device)
     for h in range(CHECK_HEADS):
-        s = (q[0, h].float() @ k[0, h].float().T) / math.sqrt(q.shape[-1])
-        if causal:
-            n = s.shape[0]
-            s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
-        outs.append(torch.softmax(s, dim=-1) @ v[0, h].float())
-        del s
-    return torch.stack(outs)
+        keys, values = k[0, h].float(), v[0, h].float()
+        for start in range(0, n, CHECK_CHUNK):
+            stop = min(start + CHECK_CHUNK, n)
+            s = (q[0, h, start:stop].float() @ keys.T) / math.sqrt(d)
+            if causal:  # top-left: query i sees keys j <= i
+                rows = torch.arange(start, stop, device=q.device)[:, None]
+                s = s.masked_fill(torch.arange(n, device=q.device)[None, :] > rows, float("-inf"))
+            out[h, start:stop] = torch.softmax(s, dim=-1) @ values
+            del s
+    return out
 
 
-def _check(out, ref, what: str) -> float:
-    err = ((out[0, :CHECK_HEADS].float() - ref).norm() / ref.norm()).item()
-    assert err < CHECK_RTOL, f"{what}: relative error {err:.2e} against a float32 reference (limit {CHECK_RTOL})"
-    return err
+def _errors(out, ref) -> tuple[float, float, bool]:
+    """(largest absolute error, relative error, within tolerance) of out's checked heads against ref."""
+    diff = out[0, :CHECK_HEADS].float() - ref
+    max_err, rel_err = diff.abs().max().item(), (diff.norm() / ref.norm()).item()
+    return max_err, rel_err, max_err <= CHECK_ATOL and rel_err <= CHECK_RTOL
+
+
+def _check(out, ref, what: str) -> tuple[float, float]:
+    """Our kernel's (largest absolute error, relative error); stops the run if it is out of tolerance."""
+    max_err, rel_err, ok = _errors(out, ref)
+    assert ok, (f"{what}: max error {max_err:.2e} (limit {CHECK_ATOL}), relative error {rel_err:.2e} "
+                f"(limit {CHECK_RTOL}) against a float32 reference")
+    return max_err, rel_err
 
 
 def _tiles(kernel) -> tuple[int | None, int | None]:
@@ -87,7 +114,7 @@ def _tiles(kernel) -> tuple[int | None, int | None]:
 
 
 def _sdpa(q, k, v, backend_name: str, causal: bool):
-    """A callable running SDPA pinned to one backend, or None if that backend cannot run these inputs."""
+    """SDPA pinned to one backend: (a callable, its first output), or (None, None) if the backend cannot run."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -99,11 +126,11 @@ def _sdpa(q, k, v, backend_name: str, causal: bool):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
     try:
-        fn()
+        out = fn()
         torch.cuda.synchronize()
     except RuntimeError:  # "No available kernel" for this backend, GPU or shape
-        return None
-    return fn
+        return None, None
+    return fn, out
 
 
 def _measure(batch: int, heads: int, n: int, head_dim: int) -> dict:
@@ -117,13 +144,13 @@ def _measure(batch: int, heads: int, n: int, head_dim: int) -> dict:
                for _ in range(3))
 
     # Correctness first: both modes against a float32 reference on a few heads.
-    err = _check(fa.attention(q, k, v), _reference(q, k, v, causal=False), f"non-causal N={n} D={head_dim}")
-    err_causal = _check(fa.attention(q, k, v, causal=True), _reference(q, k, v, causal=True),
-                        f"causal N={n} D={head_dim}")
+    refs = {causal: _reference(q, k, v, causal) for causal in (False, True)}
+    max_err, err = _check(fa.attention(q, k, v), refs[False], f"non-causal N={n} D={head_dim}")
+    max_err_causal, err_causal = _check(fa.attention(q, k, v, causal=True), refs[True], f"causal N={n} D={head_dim}")
     torch.cuda.empty_cache()
 
-    row = {"head_dim": head_dim, "heads": heads, "batch": batch, "seq_len": n,
-           "rel_err": err, "rel_err_causal": err_causal}
+    row = {"head_dim": head_dim, "heads": heads, "batch": batch, "seq_len": n, "max_err": max_err,
+           "rel_err": err, "max_err_causal": max_err_causal, "rel_err_causal": err_causal}
     fa.attention(q, k, v)
     row["block_m"], row["block_n"] = _tiles(fa._attn_fwd_tuned)
     fa.attention(q, k, v, causal=True)
@@ -138,9 +165,12 @@ def _measure(batch: int, heads: int, n: int, head_dim: int) -> dict:
         None if None in times[causal] else statistics.median(times[causal]) for causal in (False, True))
     for peer, backend in PEERS.items():
         for causal in (True, False) if peer == "flash" else (True,):
-            fn = _sdpa(q, k, v, backend, causal)
-            key = f"sdpa_{peer}_causal_ms" if causal else f"sdpa_{peer}_ms"
-            row[key] = None if fn is None else gpu_ms_or_oom(fn)
+            key = f"sdpa_{peer}_causal" if causal else f"sdpa_{peer}"
+            fn, out = _sdpa(q, k, v, backend, causal)
+            row[f"{key}_max_err"], row[f"{key}_rel_err"], row[f"{key}_ok"] = (
+                (None, None, None) if out is None else _errors(out, refs[causal]))
+            del out
+            row[f"{key}_ms"] = gpu_ms_or_oom(fn) if row[f"{key}_ok"] else None  # checked before it is timed
 
     flops, flops_causal = (attention_flops(batch, heads, n, head_dim, c) for c in (False, True))
     row["triton_TFLOPs"] = tflops(flops, row["triton_ms"])
@@ -230,6 +260,34 @@ def tflops_plot(result: dict):
     return fig
 
 
+def checks(result: dict) -> str:
+    """The worst error of every implementation against the float32 reference, over all rows."""
+    rows = result["rows"]
+    if not rows or "max_err" not in rows[0]:
+        worst = max(max(row["rel_err"], row["rel_err_causal"]) for row in rows) if rows else None
+        seen = "" if worst is None else f" (largest relative error {worst:.1e})"
+        return ('!!! note "Only our kernel was checked in this run"\n\n'
+                "    These results were measured before the SDPA backends were checked too. They record only our "
+                f"kernel's error against the float32 reference{seen}. The next run of the benchmark checks "
+                "every implementation.\n")
+    runs = {"max_err": "ours, non-causal", "max_err_causal": "ours, causal",
+            **{f"{key}_max_err": label for key, label in CHECKED_PEERS.items()}}
+    lines = []
+    for max_key, label in runs.items():
+        rel_key = max_key.replace("max_err", "rel_err")
+        checked = [row for row in rows if row.get(max_key) is not None]
+        ok_key = max_key.replace("max_err", "ok")
+        wrong = [row for row in checked if row.get(ok_key) is False]
+        lines.append([label, f"{len(checked)} of {len(rows)}", max((row[max_key] for row in checked), default=None),
+                      max((row[rel_key] for row in checked), default=None),
+                      "none" if not wrong else ", ".join(f"D={r['head_dim']} N={r['seq_len']:,}" for r in wrong)])
+    body = render.table(["Implementation", "Shapes checked", "Worst max abs error", "Worst relative error",
+                         "Out of tolerance (not timed)"], lines)
+    return (body + f"\n\nTolerance: max abs error ≤ {CHECK_ATOL:g} and relative error ≤ {CHECK_RTOL:g}, on the "
+            f"first {CHECK_HEADS} heads of batch 0 against float32 attention. A shape not checked did not run (the "
+            "backend refused it).\n")
+
+
 def _verdict(title: str, met: bool | None, body: str) -> str:
     if met is None:
         return f'!!! note "{title}: not measured"\n\n    {body}\n'
@@ -279,5 +337,5 @@ BENCHMARK = Benchmark(
     sources=["kernels/flash_attention.py", "book/bench/causal.py"],
     run=run,
     views={"speedup-plot": speedup_plot, "speedup-table": speedup_table, "tflops-table": tflops_table,
-           "tflops-plot": tflops_plot, "targets": targets},
+           "tflops-plot": tflops_plot, "targets": targets, "checks": checks},
 )

@@ -195,6 +195,24 @@ def block_for_sram(sram_bytes: int, d: int, element_bytes: int = 4) -> int:
     return b
 
 
+def paper_blocks_for_sram(sram_bytes: int, d: int, element_bytes: int = 4) -> tuple[int, int]:
+    """The FlashAttention paper's block shape, for this loop order: (B_r, B_c).
+
+    The paper (Algorithm 1) makes the outer loop's block Theta(M/d) and caps the inner loop's block at
+    d: B_c = ceil(M/4d) and B_r = min(ceil(M/4d), d), with its outer loop over K/V blocks. Here the outer
+    loop runs over Q blocks, so the roles swap: B_c = min(ceil(M/4d), d) keys, and B_r as many query rows
+    as fit in sram_bytes beside them. M is the SRAM size in elements.
+    """
+    m = sram_bytes // element_bytes
+    block_n = min(math.ceil(m / (4 * d)), d)
+    block_m = 0
+    while working_set_bytes(block_m + 1, block_n, d, element_bytes) <= sram_bytes:
+        block_m += 1
+    if block_m == 0:
+        raise ValueError(f"{sram_bytes} bytes of SRAM cannot hold one row beside {block_n} keys of a d={d} problem")
+    return block_m, block_n
+
+
 def reference(Q, K, V, causal: bool = False, sm_scale: float | None = None) -> np.ndarray:
     """Direct float64 attention, to check the simulators against."""
     n, d = Q.shape
