@@ -433,30 +433,32 @@ def results_problems(root: Path) -> list[str]:
 _NUMBER = r"\d+(?:[,\u00a0\u202f\u2009]\d{3})*(?:\.\d+)?"
 _FIGURE = rf"(?<![\w.,])[+\-−±]?{_NUMBER}(?:\s?[-–]\s?{_NUMBER})?"
 _GAP = r"[ \u00a0\u202f\u2009]?"
+_MATH_LEFT = "…"  # what is left of math that is not a plain figure, so that 1.5 × \(10^3\) stays a product
 # 1. A number with a throughput or time unit: measured, whatever the sentence says (unless labelled).
 _MEASURED_UNIT = re.compile(
-    rf"{_FIGURE}{_GAP}(?:[TG]FLOP/s|[TG]FLOPS|[TG]FLOPs|[TGM]i?B/s|[µμu]s|ms|ns)(?![\w/])")
+    rf"{_FIGURE}{_GAP}(?:(?i:[TG]FLOP/?s)|[TGMK]i?B/s|[µμu]s|ms|ns|(?:milli|micro|nano)seconds?)(?![\w/])")
 # 2. A ratio or a share: 1.07×, 1.07x, 1.2-1.5×, 65%, +5%. Not a whole factor, which reads as arithmetic (2× the
 # memory, "twice"), nor a product of sizes (128 × 64), nor a hex number (0x1F).
 _FACTOR = rf"(?<![\w.,])[+\-−±]?(?:{_NUMBER}\s?[-–]\s?{_NUMBER}|\d+\.\d+)"
-_RATIO = re.compile(rf"{_FACTOR}(?:{_GAP}×(?!\s*[\d(\\])|x(?![\w(]))|{_FIGURE}{_GAP}%")
+_RATIO = re.compile(rf"{_FACTOR}(?:{_GAP}×(?!\s*[\d(\\{_MATH_LEFT}])|x(?![\w(]))|{_FIGURE}{_GAP}%")
 # ... which counts as measured in a sentence that names a kernel, a peer or a measured run.
 _NAMES_A_MEASUREMENT = re.compile(
     r"\b(?:cuBLAS|cuDNN|SDPA|scaled_dot_product_attention|FlashAttention(?:-\d)?|FA[1234]|(?:flash|efficient|math) "
     r"backend|copy|torch\.matmul|PyTorch|(?:our|the|Triton|Gluon) kernels?|measured|faster|slower|speed-?ups?)"
     r"(?![\w-])", re.IGNORECASE)
-# What a reader must see in the same sentence for a typed figure to pass: that it is a datasheet or published
-# figure, a target set before measuring, or a made-up one (an exercise's round rate). No hidden escape counts.
+# What a reader must see in the same sentence (or a table's header or caption) for a typed figure to pass: that it
+# is a datasheet or published figure, a target set before measuring, or a made-up one (an exercise's round rate).
+# Nothing hidden from the reader, such as a comment, counts.
 _LABEL = re.compile(r"\b(?:datasheet|data sheet|published|target|goal|made-up|hypothetical|not a measurement)\b",
                     re.IGNORECASE)
 _FIGURE_FIX = ("Fix: render it from a results view (a line `<!-- results: BENCHMARK VIEW -->`, adding a view to "
                "book/bench/<name>.py if none says it), or say it without the figure; if it is a datasheet or "
                'published figure, say so and name its source in the same sentence ("the H100 SXM5 datasheet gives '
-               '3.35 TB/s").')
+               '3.35 TB/s"); call a target a target, and a made-up rate made-up.')
 
 # Parts of a page that are not prose, blanked before reading it (their newlines stay, so line numbers hold).
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
-_CODE_SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)", re.DOTALL)
+_CODE_SPAN = re.compile(r"(`+)((?:(?!\n\s*\n).)+?)(?<!`)\1(?!`)", re.DOTALL)  # within a paragraph
 _MATH = re.compile(r"\$\$.*?\$\$|\\\[.*?\\\]|\\\((?P<inline>.*?)\\\)", re.DOTALL)
 # Inline math that is only a figure, such as \(\approx 0.24\) before "ms" or \(1.9\times\): kept as the figure.
 _MATH_FIGURE = re.compile(rf"\s*(?:\\approx|\\sim|[<>=~≈]|\\[lg]eq?)?\s*(?P<figure>{_NUMBER})\s*"
@@ -502,7 +504,7 @@ def prose(text: str) -> str:
     def math(match: re.Match) -> str:
         figure = _MATH_FIGURE.fullmatch(match["inline"] or "-")
         if not figure:
-            return _keep_lines(match[0], " ")
+            return _keep_lines(match[0], f" {_MATH_LEFT} ")
         unit = {"": "", "\\times": "×", "×": "×"}.get(figure["unit"] or "", "%")
         return _keep_lines(match[0], f" {figure['figure']}{unit}")
 
@@ -543,8 +545,9 @@ def sentences(text: str) -> list[Sentence]:
             end = index
             while end < len(lines) and _TABLE_ROW.match(lines[end]):
                 end += 1
-            labels = " ".join([line, _caption(lines, index, -1), _caption(lines, end - 1, 1)])
-            found.append(Sentence(number, line))
+            captions = " ".join([_caption(lines, index, -1), _caption(lines, end - 1, 1)])
+            found.append(Sentence(number, line, labels=captions))
+            labels = f"{line} {captions}"
             found.extend(Sentence(row + 1, lines[row], labels=labels) for row in range(index + 1, end)
                          if not _TABLE_RULE.match(lines[row]))
             index = end
@@ -554,7 +557,7 @@ def sentences(text: str) -> list[Sentence]:
         elif _BLOCK_START.match(line):
             flush()
             block.append((number, line))
-            if line.startswith("#"):
+            if line.startswith(("#", "???", "!!!")):
                 flush()
         else:
             block.append((number, line))
@@ -573,7 +576,7 @@ def _caption(lines: list[str], edge: int, step: int) -> str:
         paragraph.append(lines[index])
         index += step
     text = " ".join(paragraph[::step])
-    return text if re.match(r"([*_])(?!\s)", text) else ""
+    return text if re.match(r"\*(?![*\s])|_(?![_\s])", text) else ""
 
 
 def _split(block: list[tuple[int, str]]) -> list[Sentence]:
