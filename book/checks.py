@@ -435,8 +435,10 @@ _FIGURE = rf"(?<![\w.,])[+\-−±]?{_NUMBER}(?:\s?[-–]\s?{_NUMBER})?"
 _GAP = r"[ \u00a0\u202f\u2009]?"
 _MATH_LEFT = "…"  # what is left of math that is not a plain figure, so that 1.5 × \(10^3\) stays a product
 # 1. A number with a throughput or time unit: measured, whatever the sentence says (unless labelled).
-_MEASURED_UNIT = re.compile(
-    rf"{_FIGURE}{_GAP}(?:(?i:[TG]FLOP/?s)|[TGMK]i?B/s|[µμu]s|ms|ns|(?:milli|micro|nano)seconds?)(?![\w/])")
+_UNIT = r"(?:(?i:[TG]FLOP/?s)|[TGMK]i?B/s|[µμu]s|ms|ns|(?:milli|micro|nano)seconds?)(?![\w/])"
+_MEASURED_UNIT = re.compile(rf"{_FIGURE}{_GAP}{_UNIT}")
+# ... but not a unit's definition: "1 TB/s is 10¹² bytes per second", "1 µs = 1,000 ns".
+_UNIT_DEFINITION = re.compile(rf"(?<![\w.,])1{_GAP}{_UNIT}\s*(?:is|=|equals|means)\s*(?:{_FIGURE}{_GAP}{_UNIT})?")
 # 2. A ratio or a share: 1.07×, 1.07x, 1.2-1.5×, 65%, +5%. Not a whole factor, which reads as arithmetic (2× the
 # memory, "twice"), nor a product of sizes (128 × 64), nor a hex number (0x1F).
 _FACTOR = rf"(?<![\w.,])[+\-−±]?(?:{_NUMBER}\s?[-–]\s?{_NUMBER}|\d+\.\d+)"
@@ -608,7 +610,9 @@ def check_figures(root: Path, page: Path) -> list[str]:
         context = f"{sentence.labels} {sentence.text}"
         if _LABEL.search(context):
             continue
-        found = [(match, "") for match in _MEASURED_UNIT.finditer(sentence.text)]
+        definitions = [match.span() for match in _UNIT_DEFINITION.finditer(sentence.text)]
+        found = [(match, "") for match in _MEASURED_UNIT.finditer(sentence.text)
+                 if not any(start <= match.start() < end for start, end in definitions)]
         names = _NAMES_A_MEASUREMENT.search(context)
         if names:
             found += [(match, f' in a sentence that names "{names[0]}"') for match in _RATIO.finditer(sentence.text)]
