@@ -439,10 +439,14 @@ _UNIT = r"(?:(?i:[TG]FLOP/?s)|[TGMK]i?B/s|[µμu]s|ms|ns|(?:milli|micro|nano)sec
 _MEASURED_UNIT = re.compile(rf"{_FIGURE}{_GAP}{_UNIT}")
 # ... but not a unit's definition: "1 TB/s is 10¹² bytes per second", "1 µs = 1,000 ns".
 _UNIT_DEFINITION = re.compile(rf"(?<![\w.,])1{_GAP}{_UNIT}\s*(?:is|=|equals|means)\s*(?:{_FIGURE}{_GAP}{_UNIT})?")
-# 2. A ratio or a share: 1.07×, 1.07x, 1.2-1.5×, 65%, +5%. Not a whole factor, which reads as arithmetic (2× the
-# memory, "twice"), nor a product of sizes (128 × 64), nor a hex number (0x1F).
+# 2. A ratio or a share: 1.07×, 1.07x, 1.5 times, 1.2-1.5×, 65%, +5%, 65 percent. Not a whole factor, which reads
+# as arithmetic (2× the memory, "twice"), nor a product of sizes (128 × 64, 1.5 × 10³), nor a hex number (0x1F).
 _FACTOR = rf"(?<![\w.,])[+\-−±]?(?:{_NUMBER}\s?[-–]\s?{_NUMBER}|\d+\.\d+)"
-_RATIO = re.compile(rf"{_FACTOR}(?:{_GAP}×(?!\s*[\d(\\{_MATH_LEFT}])|x(?![\w(]))|{_FIGURE}{_GAP}%")
+_RATIO = re.compile(rf"{_FACTOR}(?:{_GAP}×(?!\s*[\d(\\{_MATH_LEFT}])|x(?![\w(])|{_GAP}times\b)"
+                    rf"|{_FIGURE}(?:{_GAP}%|{_GAP}percent\b)")
+# ... unless it counts work rather than time: 1.5 times the copy's bytes, 51.6% of the tiles, 2.5× the FLOPs.
+_OF_A_COUNT = re.compile(r"\s*(?:of\s+)?(?:the\s+)?(?:[\w-]+(?:'s|’s)?\s+)?(?:bytes|memory|traffic|FLOPs?|work|"
+                         r"loads|stores|reads|writes|tiles|blocks|elements|values|registers)\b", re.IGNORECASE)
 # ... which counts as measured in a sentence that names a kernel, a peer or a measured run.
 _NAMES_A_MEASUREMENT = re.compile(
     r"\b(?:cuBLAS|cuDNN|SDPA|scaled_dot_product_attention|FlashAttention(?:-\d)?|FA[1234]|(?:flash|efficient|math) "
@@ -615,7 +619,8 @@ def check_figures(root: Path, page: Path) -> list[str]:
                  if not any(start <= match.start() < end for start, end in definitions)]
         names = _NAMES_A_MEASUREMENT.search(context)
         if names:
-            found += [(match, f' in a sentence that names "{names[0]}"') for match in _RATIO.finditer(sentence.text)]
+            found += [(match, f' in a sentence that names "{names[0]}"') for match in _RATIO.finditer(sentence.text)
+                      if not _OF_A_COUNT.match(sentence.text, match.end())]
         for match, why in sorted(found, key=lambda item: item[0].start()):
             if not _is_printed(match[0], printed):
                 problems.append(f'{rel}:{sentence.line_of(match.start())}: "{match[0].strip()}"{why} reads as a '
@@ -635,8 +640,8 @@ def _printed_numbers(root: Path, page: str) -> set[Decimal]:
 
 def _is_printed(figure: str, printed: set[Decimal]) -> bool:
     """Whether each number of a figure is printed as it stands (1.94 for 1.94×) or, for a share, as a fraction
-    (0.516 for 51.6%). A whole number (3, 50) matches too much of an output to count as printed."""
-    share = figure.rstrip().endswith("%")
+    (0.516 for 51.6%, 0.03 for 3%). A whole number as it stands (3 for 3 ms) is in too many outputs to count."""
+    share = figure.rstrip().endswith(("%", "percent"))
     for number in re.findall(_NUMBER, figure):
         value = Decimal(re.sub(r"[^\d.]", "", number))
         fraction = value / 100

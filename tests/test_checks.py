@@ -399,6 +399,10 @@ def _flagged(problems: list[str]) -> list[str]:
         ("Our kernel reaches 65 % of torch.matmul.", "65 %"),
         ("It reaches 65% of `torch.matmul`.", "65%"),
         ("The speed-up is 1.8×.", "1.8×"),
+        ("Our kernel is 1.5 times as fast as PyTorch.", "1.5 times"),
+        ("Our kernel reaches 1.5× the speed of the copy.", "1.5×"),
+        ("Our kernel moves its bytes at 80% of the copy's speed.", "80%"),
+        ("It reaches 65 percent of cuBLAS.", "65 percent"),
         ("We measured 1.2-1.5× over the readable kernel.", "1.2-1.5×"),
         ("## Our kernel at 700 TFLOP/s", "700 TFLOP/s"),
     ],
@@ -417,6 +421,8 @@ def test_a_typed_measured_figure_is_flagged(tmp_path, page, figure):
         "The target is at least 0.9× cuBLAS; the goal is 1.0×.",
         "At a made-up 500 TFLOP/s that takes 2.2 ms.",
         "Two passes of the kernel need 2× the memory, so it is twice as slow.",
+        "Reading twice, the kernel moves 1.5 times the copy's bytes, and 1.5× the traffic of the copy.",
+        "A causal kernel computes 51.6% of the tiles and 0.5× the FLOPs, so it can be faster.",
         "A 128 × 64 tile of the kernel holds 8192 scores, and 0x1F is 31 in the kernel's code.",
         "With probability 50% a coin lands heads.",
         "1 GiB is about 7% more than 1 GB.",
@@ -438,7 +444,7 @@ def test_a_typed_measured_figure_is_flagged(tmp_path, page, figure):
         "The kernel's page: https://example.com/65%/5ms",
         '[run]: https://example.com/5ms "The kernel at 5 ms"',
     ],
-    ids=("datasheet published data-sheet target made-up whole-factor sizes probability gib definition "
+    ids=("datasheet published data-sheet target made-up whole-factor bytes tiles sizes probability gib definition "
          "arithmetic product versions abbreviations fence indented-fence nested-fence code-span include-block "
          "comments multi-line-comment inline-math display-math links bare-url reference-link").split(),
 )
