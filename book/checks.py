@@ -12,6 +12,9 @@ which prints every problem at once. The checks:
 - includes: every `--8<--` include in docs/ names a file that exists, and a section that the file marks.
 - snippets: every snippet program is shown by a page (with its stored output) and run by a test.
 - results: every benchmark has a results file, and none was measured on older sources.
+- unfinished: no chapter still holds the template's text, example snippet or test; a chapter's benchmark shows
+  its views on the page; a kernel that a page shows has a benchmark and a GPU test. A page marked draft (an
+  admonition titled "Draft" that says what is missing) is accepted, shown to readers, and listed by `make check`.
 - figures: no page types a measured figure into its prose (TFLOP/s, GB/s, µs, ms...; a ratio or share such as
   1.07× or 65% in a sentence that names a kernel, a peer or a measured run). Figures reach pages through results
   views; a datasheet or published figure passes when its sentence says so.
@@ -671,12 +674,173 @@ def lint_problems(root: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Unfinished chapters: what is still the template's
+
+# A draft is a chapter merged on purpose before it is complete. It says so to readers with an admonition whose
+# title starts with "Draft" and whose body says what is missing; its template text is then not a problem.
+_DRAFT = re.compile(r"""^!!!\s+\w+\s+"Draft\b[^"]*"\s*$""")
+# What to write instead of each section of templates/chapter.md.
+_SECTION_FIX = {
+    "What you will learn": "list what the reader takes away, one line per idea, three to five lines",
+    "The idea, on a small example": "start from a small case with real numbers printed by a snippet, then give "
+                                    "the general rule",
+    "The code": "show the kernel one named section at a time and say why each part is there",
+    "Measure it": "say what the benchmark measures and against which peers, and show its views with "
+                  "`<!-- results: BENCHMARK VIEW -->` lines",
+    "Pitfalls and misconceptions": "write the chapter's own pitfalls: the mistake in bold, why it is wrong, "
+                                   "what to do instead",
+    "Say it out loud": "write three to five sentences of your own in the blockquote",
+    "Exercises": "write the chapter's exercises and their worked solutions",
+    "Recap": "state each line of \"What you will learn\" as a fact, and list the sources",
+}
+
+
+def draft_note(text: str) -> str | None:
+    """The body of a page's draft admonition ("" if it has none), or None if the page is not marked draft."""
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        if _DRAFT.match(line):
+            body = []
+            for follow in lines[index + 1:]:
+                if follow.strip() and not follow.startswith((" ", "\t")):
+                    break
+                body.append(follow.strip())
+            return " ".join(part for part in body if part)
+    return None
+
+
+def _prose_by_section(text: str) -> dict[str, list[str]]:
+    """{level-2 heading: the prose lines under it}, leaving out code blocks, includes and HTML comments."""
+    found: dict[str, list[str]] = {}
+    current, fenced, comment = None, False, False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if comment:
+            comment = "-->" not in stripped
+            continue
+        if stripped.startswith("<!--"):
+            comment = "-->" not in stripped
+            continue
+        if stripped.startswith(("```", "~~~")):
+            fenced = not fenced
+            continue
+        if fenced or "--8<--" in stripped or not stripped:
+            continue
+        heading = _HEADING.match(line)
+        if heading and len(heading["level"]) == 2:
+            current = heading["text"].strip()
+            found.setdefault(current, [])
+        elif current is not None and not heading and not stripped.startswith(("???", "!!!")):
+            found[current].append(stripped)
+    return found
+
+
+def _filled(root: Path, page: Path, name: str) -> str | None:
+    """templates/NAME as `make chapter` filled it in for this page's number and title (None if not a chapter)."""
+    from book.new_chapter import NAME, Chapter
+
+    template = root / "templates" / name
+    if not template.is_file() or not NAME.match(page.stem):
+        return None
+    title = page.read_text().partition("\n")[0].lstrip("# ").partition(". ")[2]
+    return Chapter(page.stem, title).fill(template.read_text())
+
+
+def _chapter_of(page: Path) -> str:
+    return f"ch{page.stem[:2]}"
+
+
+def _benchmarks_by_chapter(root: Path) -> dict[str, list[str]]:
+    """{"ch05": ["flash_attention", ...]} from the benchmark modules' text (no import: a copy may not import)."""
+    found: dict[str, list[str]] = {}
+    for module in sorted((root / "book" / "bench").glob("*.py")):
+        text = module.read_text()
+        name = re.search(r"""\bname\s*=\s*["'](\w+)["']""", text)
+        chapter = re.search(r"""\bchapter\s*=\s*["'](ch\d\d)["']""", text)
+        if name and chapter:
+            found.setdefault(chapter[1], []).append(name[1])
+    return found
+
+
+def check_unfinished(root: Path, page: Path, benchmarks: dict[str, list[str]], tests: dict[str, str]) -> list[str]:
+    """What of one chapter is still the template's, or missing around its kernels and benchmark."""
+    rel = _rel(root, page)
+    text = page.read_text()
+    if draft_note(text) is not None:
+        if not draft_note(text):
+            return [f'{rel}: the draft marker says nothing. Fix: say under `!!! warning "Draft"` what the chapter '
+                    f"still misses, for readers and reviewers."]
+        return []
+    problems = []
+    template = _filled(root, page, "chapter.md")
+    chapter = _chapter_of(page)
+    if template is not None:
+        skeleton = _prose_by_section(template)
+        written = _prose_by_section(text)
+        for heading, lines in skeleton.items():
+            left = [line for line in lines if line in written.get(heading, [])]
+            if left:
+                fix = _SECTION_FIX.get(heading, "replace it with the chapter's own text")
+                problems.append(f'{rel}: "## {heading}" still has the template\'s text ("{left[0]}"). Fix: {fix}; '
+                                f'or mark the chapter as a draft with `!!! warning "Draft"` saying what is missing.')
+        example = root / "snippets" / chapter / "first_example.py"
+        filled = _filled(root, page, "first_example.py")
+        if example.is_file() and filled is not None and example.read_text() == filled:
+            problems.append(f"{_rel(root, example)}: still the template's example (a softmax of four numbers). Fix: "
+                            f"replace it with the chapter's first small example and store its output with "
+                            f"`.venv/bin/python -m book.snippets --write {_rel(root, example)}`, or delete it, its "
+                            f".out and its test.")
+        test_rel = f"tests/test_{chapter}_snippets.py"
+        filled_test = _filled(root, page, "chapter_tests.py")
+        test_body = filled_test.partition("def test_first_example")[2] if filled_test else ""
+        if test_body and test_body.strip() in tests.get(test_rel, ""):
+            problems.append(f"{test_rel}: test_first_example is still the template's test. Fix: make each test "
+                            f"assert something real about its snippet's output, not the template's "
+                            f'"sums to one: True".')
+    shown = {match["benchmark"] for match in re.finditer(r"<!-- results: (?P<benchmark>\w+) [\w-]+ -->", text)}
+    for name in benchmarks.get(chapter, []):
+        if name not in shown:
+            problems.append(f"{rel}: the chapter's benchmark {name} has no results view on the page. Fix: show its "
+                            f"views with `<!-- results: {name} VIEW -->` lines under \"## Measure it\" "
+                            f"(the views are listed in book/bench/{name}.py).")
+    for kernel in sorted({include.path for include in includes(root) if include.page == rel}):
+        if not kernel.startswith("kernels/") or not (root / kernel).is_file():
+            continue
+        if not re.search(r"@(triton|gluon)\.jit", (root / kernel).read_text()):
+            continue  # host-side Python beside a kernel, tested on the CPU
+        module = Path(kernel).stem
+        if not any(kernel in (root / "book" / "bench" / f"{b}.py").read_text()
+                   for names in benchmarks.values() for b in names if (root / "book" / "bench" / f"{b}.py").is_file()):
+            problems.append(f"{rel}: shows {kernel}, which no benchmark measures. Fix: add book/bench/NAME.py with "
+                            f'chapter="{chapter}" and "{kernel}" in its sources (CONTRIBUTING.md, "Snippets, kernels, '
+                            f'tests and benchmarks").')
+        uses = re.compile(rf"kernels(\.{module}\b| import [\w, ]*\b{module}\b)|{re.escape(kernel)}")
+        if not any("mark.gpu" in body and uses.search(body) for body in tests.values()):
+            problems.append(f"{rel}: shows {kernel}, which no GPU test runs. Fix: add tests marked "
+                            f"`@pytest.mark.gpu` to tests/test_{module}.py that compare it with a float64 "
+                            f"reference on the GPU.")
+    return problems
+
+
+def unfinished_problems(root: Path) -> list[str]:
+    benchmarks, tests = _benchmarks_by_chapter(root), _tests_text(root)
+    return [problem for page in chapter_pages(root) for problem in check_unfinished(root, page, benchmarks, tests)]
+
+
+def drafts(root: Path) -> list[str]:
+    """The chapter pages marked draft, each with what its marker says is missing."""
+    return [f"{_rel(root, page)}: {draft_note(page.read_text())}" for page in chapter_pages(root)
+            if draft_note(page.read_text()) is not None]
+
+
+# ---------------------------------------------------------------------------------------------------
 
 CHECKS: dict[str, Callable[[Path], list[str]]] = {
     "chapters": chapter_problems,
     "includes": include_problems,
     "snippets": snippet_problems,
     "results": results_problems,
+    "unfinished": unfinished_problems,
     "figures": figure_problems,
     "lint": lint_problems,
 }
@@ -714,6 +878,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
         for problem in problems:
             print("  - " + problem.replace("\n", "\n    "))
+    if not args.only or "unfinished" in args.only:
+        for draft in drafts(args.root.resolve()):
+            if not args.grep or mentions(draft, args.grep):
+                print(f"draft (accepted, shown to readers): {draft}")
     return 1 if total else 0
 
 

@@ -42,6 +42,13 @@ def test_chapter_has_the_standard_sections(page):
     assert not problems, _report(problems)
 
 
+@pytest.mark.parametrize("page", CHAPTERS, ids=_ids(CHAPTERS))
+def test_chapter_is_finished_or_marked_draft(page):
+    rel = page.relative_to(ROOT).as_posix()
+    problems = [p for p in checks.unfinished_problems(ROOT) if p.startswith(rel)]
+    assert not problems, _report(problems)
+
+
 @pytest.mark.parametrize("page", PAGES, ids=_ids(PAGES))
 def test_every_include_resolves(page):
     rel = page.relative_to(ROOT).as_posix()
@@ -360,6 +367,41 @@ def test_a_benchmark_awaiting_its_first_gpu_run_is_accepted_only_without_stale_f
     assert checks.check_benchmark({**entry, "awaiting_gpu": "issue 99"}) == []
     stale = {"path": "results/g/x.json", "stale": ["kernels/x.py"], "measured": ["kernels/x.py"]}
     assert "stale results" in checks.check_benchmark({**entry, "awaiting_gpu": "issue 99", "results": [stale]})[0]
+
+
+KERNEL = "import triton\n\n\n@triton.jit\ndef k():\n    pass\n"
+SHOWS_KERNEL = GOOD_CHAPTER.replace("## Pitfalls", '```python\n    --8<-- "kernels/k.py"\n    ```\n\n    ## Pitfalls')
+
+
+def test_a_chapter_kernel_needs_a_benchmark_and_a_gpu_test(tmp_path):
+    root = _repo(tmp_path, {"docs/chapters/98-a.md": SHOWS_KERNEL, "kernels/k.py": KERNEL})
+    assert checks.unfinished_problems(root) == [
+        'docs/chapters/98-a.md: shows kernels/k.py, which no benchmark measures. Fix: add book/bench/NAME.py with '
+        'chapter="ch98" and "kernels/k.py" in its sources (CONTRIBUTING.md, "Snippets, kernels, tests and '
+        'benchmarks").',
+        "docs/chapters/98-a.md: shows kernels/k.py, which no GPU test runs. Fix: add tests marked "
+        "`@pytest.mark.gpu` to tests/test_k.py that compare it with a float64 reference on the GPU.",
+    ]
+
+
+def test_a_chapter_benchmark_needs_a_results_view_on_the_page(tmp_path):
+    bench = 'BENCHMARK = Benchmark(name="kbench", chapter="ch98", sources=["kernels/k.py"])\n'
+    gpu_test = "import pytest\n\nfrom kernels import k\n\n\n@pytest.mark.gpu\ndef test_k():\n    k\n"
+    root = _repo(tmp_path, {"docs/chapters/98-a.md": SHOWS_KERNEL, "kernels/k.py": KERNEL,
+                            "book/bench/kbench.py": bench, "tests/test_k.py": gpu_test})
+    assert checks.unfinished_problems(root) == [
+        "docs/chapters/98-a.md: the chapter's benchmark kbench has no results view on the page. Fix: show its "
+        'views with `<!-- results: kbench VIEW -->` lines under "## Measure it" (the views are listed in '
+        "book/bench/kbench.py)."]
+    page = root / "docs/chapters/98-a.md"
+    page.write_text(page.read_text() + "\n<!-- results: kbench table -->\n")
+    assert checks.unfinished_problems(root) == []
+
+
+def test_host_side_python_in_kernels_needs_no_gpu_test(tmp_path):
+    page = SHOWS_KERNEL.replace("kernels/k.py", "kernels/plan.py")
+    root = _repo(tmp_path, {"docs/chapters/98-a.md": page, "kernels/plan.py": "def plan():\n    return 1\n"})
+    assert checks.unfinished_problems(root) == []
 
 
 # The figures check: measured figures typed into prose are flagged, labelled and non-prose ones are not

@@ -53,21 +53,160 @@ def test_command_makes_page_snippet_output_test_and_nav_entry(book):
     assert [line for line in after if NAME not in line] == before
 
 
-def test_new_chapter_builds_strict_and_shows_its_snippet(book, tmp_path):
+def test_new_chapter_builds_strict_and_shows_its_snippet_and_draft_marker(book, tmp_path):
     root, _ = book
-    done = build(root, tmp_path / "site")
+    page = root / PAGE
+    text = page.read_text()
+    try:
+        page.write_text(_marked_draft(text))
+        done = build(root, tmp_path / "site")
+    finally:
+        page.write_text(text)
     assert done.returncode == 0, done.stderr[-3000:]
     html = (tmp_path / f"site/chapters/{NAME}/index.html").read_text()
     assert TITLE in html and "sums to one: True" in html and "--8&lt;--" not in html
     for section in checks.STANDARD_SECTIONS:
         assert section in html
+    # Readers see the draft marker, with what it says is missing.
+    assert 'class="admonition warning"' in html and "Draft" in html and DRAFT_NOTE in html
 
 
-def test_new_chapter_passes_every_check(book):
+def test_new_chapter_passes_every_structural_check(book):
     root, _ = book
     for name in ["chapters", "includes", "snippets", "lint"]:
         problems = _about_the_new_chapter(checks.CHECKS[name](root))
         assert not problems, f"{name}: {problems}"
+
+
+def test_the_untouched_skeleton_is_unfinished(book):
+    root, _ = book
+    problems = _about_the_new_chapter(checks.unfinished_problems(root))
+    sections = [p.split('"## ')[1].split('"')[0] for p in problems if p.startswith(f'{PAGE}: "## ')]
+    assert sections == ["What you will learn", "The idea, on a small example", "The code", "Measure it",
+                        "Pitfalls and misconceptions", "Say it out loud", "Exercises", "Recap"], problems
+    assert problems[0] == (f'{PAGE}: "## What you will learn" still has the template\'s text ("- One line for each '
+                           f'idea the reader takes away from this chapter."). Fix: list what the reader takes away, '
+                           f'one line per idea, three to five lines; or mark the chapter as a draft with '
+                           f'`!!! warning "Draft"` saying what is missing.')
+    assert all("Fix: " in p and "mark the chapter as a draft" in p for p in problems[:8])
+    assert problems[8].startswith(f"{SNIPPET}: still the template's example")
+    assert problems[9].startswith(f"{TEST}: test_first_example is still the template's test. Fix: ")
+    assert len(problems) == 10
+    done = subprocess.run([sys.executable, "-m", "book.checks", "--root", str(root), "--only", "unfinished",
+                           "--grep", "ch99"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "unfinished: 10 problem(s)" in done.stdout
+
+
+DRAFT_NOTE = "Still missing: the exercises and the measurement."
+
+
+def _marked_draft(text: str, note: str = DRAFT_NOTE) -> str:
+    title, _, rest = text.partition("\n")
+    body = f"    {note}\n" if note else ""
+    return f'{title}\n\n!!! warning "Draft"\n\n{body}{rest}'
+
+
+def test_a_draft_marker_is_accepted_and_listed(book):
+    root, _ = book
+    page = root / PAGE
+    text = page.read_text()
+    try:
+        page.write_text(_marked_draft(text))
+        problems = _about_the_new_chapter(checks.unfinished_problems(root))
+        listed = checks.drafts(root)
+        done = subprocess.run([sys.executable, "-m", "book.checks", "--root", str(root), "--only", "unfinished",
+                               "--grep", "ch99"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        page.write_text(_marked_draft(text, note=""))
+        silent = _about_the_new_chapter(checks.unfinished_problems(root))
+    finally:
+        page.write_text(text)
+    assert problems == []
+    assert listed == [f"{PAGE}: {DRAFT_NOTE}"]
+    assert done.returncode == 0 and f"draft (accepted, shown to readers): {PAGE}: {DRAFT_NOTE}" in done.stdout
+    assert silent == [f'{PAGE}: the draft marker says nothing. Fix: say under `!!! warning "Draft"` what the chapter '
+                      f"still misses, for readers and reviewers."]
+
+
+FILLED_PAGE = """# 99. A throw-away chapter
+
+## What you will learn
+
+- Why subtracting the largest score keeps exp from overflowing.
+
+## The idea, on a small example
+
+Three scores, one of them large, and their softmax.
+
+```python title="snippets/ch99/first_example.py"
+--8<-- "snippets/ch99/first_example.py"
+```
+
+```text title="Output"
+--8<-- "snippets/ch99/first_example.out"
+```
+
+Subtracting the maximum changes nothing but the range of the numbers.
+
+## Pitfalls and misconceptions
+
+- **Subtracting the mean.** It does not bound the largest exponent; subtract the maximum.
+
+## Say it out loud
+
+> Softmax does not change when every score moves by the same amount, so we move them all below zero.
+
+## Exercises
+
+1. What does softmax give for two equal scores?
+
+??? success "Solutions"
+    1. One half each: the two exponentials are equal.
+
+## Recap
+
+- Subtracting the row maximum keeps every exponent at or below zero.
+
+*Sources: Milakov and Gimelshein, arXiv 1805.02867.*
+"""
+
+FILLED_SNIPPET = """# Chapter 99: the softmax of scores with a large one, stable since the maximum is subtracted first.
+import numpy as np
+
+scores = np.array([1.0, 2.0, 1000.0])
+weights = np.exp(scores - scores.max())
+print("largest exponent:", float((scores - scores.max()).max()))
+print("softmax:", " ".join(f"{w:.4f}" for w in weights / weights.sum()))
+"""
+
+FILLED_TEST = '''"""Chapter 99 snippets: each prints what its page shows."""
+
+from book import snippets
+
+
+def test_first_example():
+    stored, fresh = snippets.check("snippets/ch99/first_example.py")
+    assert fresh == stored
+    assert "largest exponent: 0.0" in fresh and "softmax: 0.0000 0.0000 1.0000" in fresh
+'''
+
+
+def test_a_filled_in_minimal_chapter_passes(book):
+    root, _ = book
+    files = {PAGE: FILLED_PAGE, SNIPPET: FILLED_SNIPPET, TEST: FILLED_TEST}
+    saved = {path: (root / path).read_text() for path in [*files, "snippets/ch99/first_example.out"]}
+    try:
+        for path, text in files.items():
+            (root / path).write_text(text)
+        env = dict(os.environ, PYTHONPATH=str(root))
+        written = subprocess.run([sys.executable, "-m", "book.snippets", "--write", SNIPPET], cwd=root, env=env,
+                                 capture_output=True, text=True, timeout=120)
+        assert written.returncode == 0, written.stderr
+        problems = {name: _about_the_new_chapter(checks.CHECKS[name](root))
+                    for name in ["chapters", "includes", "snippets", "unfinished"]}
+    finally:
+        for path, text in saved.items():
+            (root / path).write_text(text)
+    assert problems == {"chapters": [], "includes": [], "snippets": [], "unfinished": []}
 
 
 def test_the_generated_test_passes(book):

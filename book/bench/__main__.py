@@ -8,6 +8,7 @@ import time
 
 from book import results
 from book.bench import ALL
+from book.bench.registry import BenchmarkSkipped
 from book.provenance import collect
 
 
@@ -38,7 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     for i, benchmark in enumerate(chosen, 1):
         started = time.time()
         print(f"[{i}/{len(chosen)}] {benchmark.name}: {benchmark.title}", flush=True)
-        rows = benchmark.run(lambda message, name=benchmark.name: print(f"  {name}: {message}", flush=True))
+        try:
+            rows = benchmark.run(lambda message, name=benchmark.name: print(f"  {name}: {message}", flush=True))
+        except BenchmarkSkipped as reason:
+            print(f"  skipped {benchmark.name}: {reason}", flush=True)
+            continue
         result = {
             "schema": 1,
             "benchmark": benchmark.name,

@@ -9,6 +9,11 @@ from dataclasses import dataclass, field
 Progress = Callable[[str], None]
 
 
+class BenchmarkSkipped(Exception):
+    """Raised by a benchmark's run when this machine lacks something it needs (a profiler, say); the message
+    says what, in one line. No results file is written, so the pages keep the committed results."""
+
+
 @dataclass(frozen=True)
 class Benchmark:
     name: str
