@@ -448,12 +448,14 @@ _FACTOR = rf"(?<![\w.,])[+\-−±]?(?:{_NUMBER}\s?[-–]\s?{_NUMBER}|\d+\.\d+)"
 _RATIO = re.compile(rf"{_FACTOR}(?:{_GAP}×(?!\s*[\d(\\{_MATH_LEFT}])|x(?![\w(])|{_GAP}times\b)"
                     rf"|{_FIGURE}(?:{_GAP}%|{_GAP}percent\b)")
 # ... unless it counts work rather than time: 1.5 times the copy's bytes, 51.6% of the tiles, 2.5× the FLOPs.
-_OF_A_COUNT = re.compile(r"\s*(?:of\s+)?(?:the\s+)?(?:[\w-]+(?:'s|’s)?\s+)?(?:bytes|memory|traffic|FLOPs?|work|"
-                         r"loads|stores|reads|writes|tiles|blocks|elements|values|registers)\b", re.IGNORECASE)
+_OF_A_COUNT = re.compile(r"\s*(?:of\s+|fewer\s+|more\s+|less\s+)?(?:the\s+)?(?:[\w-]+(?:'s|’s)?\s+)?"
+                         r"(?:bytes|memory|traffic|FLOPs?|work|loads|stores|reads|writes|tiles|blocks|elements|values|"
+                         r"registers)\b", re.IGNORECASE)
 # ... which counts as measured in a sentence that names a kernel, a peer or a measured run.
 _NAMES_A_MEASUREMENT = re.compile(
     r"\b(?:cuBLAS|cuDNN|SDPA|scaled_dot_product_attention|FlashAttention(?:-\d)?|FA[1234]|(?:flash|efficient|math) "
-    r"backend|copy|torch\.matmul|PyTorch|(?:our|the|Triton|Gluon) kernels?|measured|faster|slower|speed-?ups?)"
+    r"backend|copy|torch\.matmul|PyTorch|(?:our|the|Triton|Gluon) kernels?|(?:our|the|this|that|a|one|each|every) "
+    r"runs?|measured|timed|gained|faster|slower|speed-?ups?)"
     r"(?![\w-])", re.IGNORECASE)
 # What a reader must see in the same sentence (or a table's header or caption) for a typed figure to pass: that it
 # is a datasheet or published figure, a target set before measuring, or a made-up one (an exercise's round rate).
