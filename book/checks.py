@@ -475,7 +475,7 @@ _MATH = re.compile(r"\$\$.*?\$\$|\\\[.*?\\\]|\\\((?P<inline>.*?)\\\)", re.DOTALL
 _MATH_FIGURE = re.compile(rf"\s*(?:\\approx|\\sim|[<>=~≈]|\\[lg]eq?)?\s*(?P<figure>{_NUMBER})\s*"
                           r"(?P<unit>\\times|×|\\%|\\,\\%)?\s*")
 _LINK_TARGET = re.compile(r"(?<=\])\([^)\s]*(?:\s+\"[^\"]*\")?\)|<https?://[^>]*>|https?://\S+|</?[A-Za-z][^>]*>"
-                          r"|^\s*\[[^\]]+\]:\s*\S+.*$", re.MULTILINE)
+                          r"|^\s*\[(?!\^)[^\]]+\]:\s*\S+.*$", re.MULTILINE)  # not a footnote, which is prose
 _FENCE = re.compile(r"^\s*(?P<fence>`{3,}|~{3,})")
 _TABLE_ROW = re.compile(r"^\s*\|")
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")

@@ -449,6 +449,7 @@ def _flagged(problems: list[str]) -> list[str]:
         ("It reaches 65 percent of cuBLAS.", "65 percent"),
         ("We measured 1.2-1.5× over the readable kernel.", "1.2-1.5×"),
         ("## Our kernel at 700 TFLOP/s", "700 TFLOP/s"),
+        ("[^1]: Our kernel took 4 ms.", "4 ms"),
     ],
 )
 def test_a_typed_measured_figure_is_flagged(tmp_path, page, figure):
