@@ -16,8 +16,8 @@ which prints every problem at once. The checks:
   its views on the page; a kernel that a page shows has a benchmark and a GPU test. A page marked draft (an
   admonition titled "Draft" that says what is missing) is accepted, shown to readers, and listed by `make check`.
 - figures: no page types a measured figure into its prose (TFLOP/s, GB/s, µs, ms...; a ratio or share such as
-  1.07× or 65% in a sentence that names a kernel, a peer or a measured run). Figures reach pages through results
-  views; a datasheet or published figure passes when its sentence says so.
+  1.07× or 65% in a sentence that names a kernel, a peer or a measured run). Measured figures reach pages through
+  results views; a datasheet or published figure, a target or a made-up figure passes when its sentence says so.
 - lint: `ruff check` finds nothing.
 """
 
