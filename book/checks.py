@@ -15,6 +15,9 @@ which prints every problem at once. The checks:
 - unfinished: no chapter still holds the template's text, example snippet or test; a chapter's benchmark shows
   its views on the page; a kernel that a page shows has a benchmark and a GPU test. A page marked draft (an
   admonition titled "Draft" that says what is missing) is accepted, shown to readers, and listed by `make check`.
+- figures: no page types a measured figure into its prose (TFLOP/s, GB/s, µs, ms...; a ratio or share such as
+  1.07× or 65% in a sentence that names a kernel, a peer or a measured run). Measured figures reach pages through
+  results views; a datasheet or published figure, a target or a made-up figure passes when its sentence says so.
 - lint: `ruff check` finds nothing.
 """
 
@@ -29,6 +32,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 # The headings every chapter has, in this order (other sections go between them).
@@ -425,6 +429,238 @@ def results_problems(root: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Figures
+
+# A number as pages write it (3.35, 1,935, 1 935 with a no-break or thin space), or a range (1.2-1.5, 1.2–1.5),
+# not part of a word or of another number (H100, v2.11).
+_NUMBER = r"\d+(?:[,\u00a0\u202f\u2009]\d{3})*(?:\.\d+)?"
+_FIGURE = rf"(?<![\w.,])[+\-−±]?{_NUMBER}(?:\s?[-–]\s?{_NUMBER})?"
+_GAP = r"[ \u00a0\u202f\u2009]?"
+_MATH_LEFT = "…"  # what is left of math that is not a plain figure, so that 1.5 × \(10^3\) stays a product
+# 1. A number with a throughput or time unit: measured, whatever the sentence says (unless labelled).
+_UNIT = r"(?:(?i:[TG]FLOP/?s)|[TGMK]i?B/s|[µμu]s|ms|ns|(?:milli|micro|nano)seconds?)(?![\w/])"
+_MEASURED_UNIT = re.compile(rf"{_FIGURE}{_GAP}{_UNIT}")
+# ... but not a unit's definition: "1 TB/s is 10¹² bytes per second", "1 µs = 1,000 ns".
+_UNIT_DEFINITION = re.compile(rf"(?<![\w.,])1{_GAP}{_UNIT}\s*(?:is|=|equals|means)\s*(?:{_FIGURE}{_GAP}{_UNIT})?")
+# 2. A ratio or a share: 1.07×, 1.07x, 1.5 times, 1.2-1.5×, 65%, +5%, 65 percent. Not a whole factor, which reads
+# as arithmetic (2× the memory, "twice"), nor a product of sizes (128 × 64, 1.5 × 10³), nor a hex number (0x1F).
+_FACTOR = rf"(?<![\w.,])[+\-−±]?(?:{_NUMBER}\s?[-–]\s?{_NUMBER}|\d+\.\d+)"
+_RATIO = re.compile(rf"{_FACTOR}(?:{_GAP}×(?!\s*[\d(\\{_MATH_LEFT}])|x(?![\w(])|{_GAP}times\b)"
+                    rf"|{_FIGURE}(?:{_GAP}%|{_GAP}percent\b)")
+# ... unless it counts work rather than time: 1.5 times the copy's bytes, 51.6% of the tiles, 2.5× the FLOPs.
+_OF_A_COUNT = re.compile(r"\s*(?:of\s+|fewer\s+|more\s+|less\s+)?(?:the\s+)?(?:[\w-]+(?:'s|’s)?\s+)?"
+                         r"(?:bytes|memory|traffic|FLOPs?|work|loads|stores|reads|writes|tiles|blocks|elements|values|"
+                         r"registers)\b", re.IGNORECASE)
+# ... which counts as measured in a sentence that names a kernel, a peer or a measured run.
+_NAMES_A_MEASUREMENT = re.compile(
+    r"\b(?:cuBLAS|cuDNN|SDPA|scaled_dot_product_attention|FlashAttention(?:-\d)?|FA[1234]|(?:flash|efficient|math) "
+    r"backend|copy|torch\.matmul|PyTorch|(?:our|the|Triton|Gluon) kernels?|(?:our|the|this|that|a|one|each|every) "
+    r"runs?|measured|timed|gained|faster|slower|speed-?ups?)"
+    r"(?![\w-])", re.IGNORECASE)
+# What a reader must see in the same sentence (or a table's header or caption) for a typed figure to pass: that it
+# is a datasheet or published figure, a target set before measuring, or a made-up one (an exercise's round rate).
+# Nothing hidden from the reader, such as a comment, counts.
+_LABEL = re.compile(r"\b(?:datasheet|data sheet|published|target|goal|made-up|hypothetical|not a measurement)\b",
+                    re.IGNORECASE)
+_FIGURE_FIX = ("Fix: render it from a results view (a line `<!-- results: BENCHMARK VIEW -->`, adding a view to "
+               "book/bench/<name>.py if none says it), or say it without the figure; if it is a datasheet or "
+               'published figure, say so and name its source in the same sentence ("the H100 SXM5 datasheet gives '
+               '3.35 TB/s"); call a target a target, and a made-up rate made-up.')
+
+# Parts of a page that are not prose, blanked before reading it (their newlines stay, so line numbers hold).
+_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+_CODE_SPAN = re.compile(r"(`+)((?:(?!\n\s*\n).)+?)(?<!`)\1(?!`)", re.DOTALL)  # within a paragraph
+_MATH = re.compile(r"\$\$.*?\$\$|\\\[.*?\\\]|\\\((?P<inline>.*?)\\\)", re.DOTALL)
+# Inline math that is only a figure, such as \(\approx 0.24\) before "ms" or \(1.9\times\): kept as the figure.
+_MATH_FIGURE = re.compile(rf"\s*(?:\\approx|\\sim|[<>=~≈]|\\[lg]eq?)?\s*(?P<figure>{_NUMBER})\s*"
+                          r"(?P<unit>\\times|×|\\%|\\,\\%)?\s*")
+_LINK_TARGET = re.compile(r"(?<=\])\([^)\s]*(?:\s+\"[^\"]*\")?\)|<https?://[^>]*>|https?://\S+|</?[A-Za-z][^>]*>"
+                          r"|^\s*\[(?!\^)[^\]]+\]:\s*\S+.*$", re.MULTILINE)  # not a footnote, which is prose
+_FENCE = re.compile(r"^\s*(?P<fence>`{3,}|~{3,})")
+_TABLE_ROW = re.compile(r"^\s*\|")
+_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
+_BLOCK_START = re.compile(r"^\s*(#{1,6}\s|[-*+]\s|\d+[.)]\s|\?\?\?|!!!)")
+_ABBREVIATIONS = ("e.g.", "i.e.", "vs.", "cf.", "etc.", "al.", "Fig.", "Eq.", "approx.", "No.")
+
+
+def _keep_lines(text: str, replacement: str = "") -> str:
+    return replacement + "\n" * text.count("\n")
+
+
+def prose(text: str) -> str:
+    """A page with everything that is not prose blanked: code blocks and includes, comments (results and figure
+    markers among them), math, link targets, URLs and HTML tags. Inline code keeps its words but loses its
+    digits, so that `torch.matmul` still names a peer and `BLOCK_N = 64` is no figure. The lines stay in place."""
+    lines = []
+    fence = ""
+    include_block = False
+    for line in text.splitlines():
+        opening = _FENCE.match(line)
+        if fence:
+            if opening and opening["fence"][0] == fence[0] and len(opening["fence"]) >= len(fence) \
+                    and not line.strip()[len(opening["fence"]):].strip():
+                fence = ""
+            line = ""
+        elif opening:
+            fence, line = opening["fence"], ""
+        elif _BLOCK_FENCE.match(line):
+            include_block, line = not include_block, ""
+        elif include_block or _INCLUDE_LINE.match(line):
+            line = ""
+        lines.append(line)
+    text = "\n".join(lines)
+    text = _COMMENT.sub(lambda m: _keep_lines(m[0]), text)
+    text = _CODE_SPAN.sub(lambda m: _keep_lines(m[0], re.sub(r"\d", "#", m[2].replace("\n", " "))), text)
+
+    def math(match: re.Match) -> str:
+        figure = _MATH_FIGURE.fullmatch(match["inline"] or "-")
+        if not figure:
+            return _keep_lines(match[0], f" {_MATH_LEFT} ")
+        unit = {"": "", "\\times": "×", "×": "×"}.get(figure["unit"] or "", "%")
+        return _keep_lines(match[0], f" {figure['figure']}{unit}")
+
+    text = _MATH.sub(math, text)
+    return _LINK_TARGET.sub(lambda m: _keep_lines(m[0], " "), text)
+
+
+@dataclass(frozen=True)
+class Sentence:
+    line: int  # the line of the page it starts on
+    text: str
+    breaks: tuple[int, ...] = ()  # where in text the page's next lines start
+    labels: str = ""  # for a table row: its table's header row and caption, which speak for every row
+
+    def line_of(self, offset: int) -> int:
+        return self.line + sum(1 for start in self.breaks if start <= offset)
+
+
+def sentences(text: str) -> list[Sentence]:
+    """The sentences of a page's prose. A sentence ends at ".", "!" or "?" before a word that does not start in
+    lower case (and after no abbreviation such as "e.g."), and at the end of a paragraph, list item, heading or
+    admonition title. A table row is a sentence of its own, read with its table's header row and its caption (a
+    paragraph in italics right above or below the table)."""
+    lines = [line.strip().lstrip(">").strip() for line in prose(text).splitlines()]
+    found: list[Sentence] = []
+    block: list[tuple[int, str]] = []
+
+    def flush() -> None:
+        if block:
+            found.extend(_split(block))
+            block.clear()
+
+    index = 0
+    while index < len(lines):
+        line, number = lines[index], index + 1
+        if _TABLE_ROW.match(line):
+            flush()
+            end = index
+            while end < len(lines) and _TABLE_ROW.match(lines[end]):
+                end += 1
+            captions = " ".join([_caption(lines, index, -1), _caption(lines, end - 1, 1)])
+            found.append(Sentence(number, line, labels=captions))
+            labels = f"{line} {captions}"
+            found.extend(Sentence(row + 1, lines[row], labels=labels) for row in range(index + 1, end)
+                         if not _TABLE_RULE.match(lines[row]))
+            index = end
+            continue
+        if not line:
+            flush()
+        elif _BLOCK_START.match(line):
+            flush()
+            block.append((number, line))
+            if line.startswith(("#", "???", "!!!")):
+                flush()
+        else:
+            block.append((number, line))
+        index += 1
+    flush()
+    return found
+
+
+def _caption(lines: list[str], edge: int, step: int) -> str:
+    """The paragraph in italics next to a table (lines[edge] is its first or last row; step says which way)."""
+    index = edge + step
+    while 0 <= index < len(lines) and not lines[index]:
+        index += step
+    paragraph = []
+    while 0 <= index < len(lines) and lines[index] and not _TABLE_ROW.match(lines[index]):
+        paragraph.append(lines[index])
+        index += step
+    text = " ".join(paragraph[::step])
+    return text if re.match(r"\*(?![*\s])|_(?![_\s])", text) else ""
+
+
+def _split(block: list[tuple[int, str]]) -> list[Sentence]:
+    """The sentences of a paragraph, given as (line number, text) pairs."""
+    text = " ".join(line for _, line in block)
+    line_starts = [0]
+    for _, line in block[:-1]:
+        line_starts.append(line_starts[-1] + len(line) + 1)
+    ends = [end.end() for end in re.finditer(r"[.!?][\"'”’)\]*_]*\s+(?![a-z])", text)
+            if not text[:end.start() + 1].endswith(_ABBREVIATIONS)]
+    found = []
+    for start, stop in zip([0, *ends], [*ends, len(text)], strict=True):
+        if text[start:stop].strip():
+            line = block[0][0] + sum(1 for s in line_starts if 0 < s <= start)
+            breaks = tuple(s - start for s in line_starts if start < s < stop)
+            found.append(Sentence(line, text[start:stop], breaks))
+    return found
+
+
+def check_figures(root: Path, page: Path) -> list[str]:
+    """Measured figures typed into one page: a number with a throughput or time unit anywhere in its prose, and a
+    ratio or share in a sentence that names a kernel, a peer or a measured run. A sentence that labels its figures
+    (datasheet, published, target, made-up) passes, and so does a figure that a snippet output on the page prints
+    (arithmetic done on a CPU, such as a share of tiles: 51.6% passes where the output prints 0.516)."""
+    rel = _rel(root, page)
+    printed = _printed_numbers(root, rel)
+    problems = []
+    for sentence in sentences(page.read_text()):
+        context = f"{sentence.labels} {sentence.text}"
+        if _LABEL.search(context):
+            continue
+        definitions = [match.span() for match in _UNIT_DEFINITION.finditer(sentence.text)]
+        found = [(match, "") for match in _MEASURED_UNIT.finditer(sentence.text)
+                 if not any(start <= match.start() < end for start, end in definitions)]
+        names = _NAMES_A_MEASUREMENT.search(context)
+        if names:
+            found += [(match, f' in a sentence that names "{names[0]}"') for match in _RATIO.finditer(sentence.text)
+                      if not _OF_A_COUNT.match(sentence.text, match.end())]
+        for match, why in sorted(found, key=lambda item: item[0].start()):
+            if not _is_printed(match[0], printed):
+                problems.append(f'{rel}:{sentence.line_of(match.start())}: "{match[0].strip()}"{why} reads as a '
+                                f"measured figure typed into the page. {_FIGURE_FIX}")
+    return problems
+
+
+def _printed_numbers(root: Path, page: str) -> set[Decimal]:
+    """The numbers that the snippet outputs (`.out` files) a page includes print."""
+    numbers = set()
+    for include in includes(root):
+        output = root / include.path
+        if include.page == page and output.suffix == ".out" and output.is_file():
+            numbers.update(Decimal(number) for number in re.findall(r"\d+(?:\.\d+)?", output.read_text()))
+    return numbers
+
+
+def _is_printed(figure: str, printed: set[Decimal]) -> bool:
+    """Whether each number of a figure is printed as it stands (1.94 for 1.94×) or, for a share, as a fraction
+    (0.516 for 51.6%, 0.03 for 3%). A whole number as it stands (3 for 3 ms) is in too many outputs to count."""
+    share = figure.rstrip().endswith(("%", "percent"))
+    for number in re.findall(_NUMBER, figure):
+        value = Decimal(re.sub(r"[^\d.]", "", number))
+        fraction = value / 100
+        if not ((value in printed and value != value.to_integral_value())
+                or (share and fraction in printed and fraction != fraction.to_integral_value())):
+            return False
+    return True
+
+
+def figure_problems(root: Path) -> list[str]:
+    return [problem for page in _pages(root) for problem in check_figures(root, page)]
+
+
+# ---------------------------------------------------------------------------------------------------
 # Lint
 
 
@@ -607,6 +843,7 @@ CHECKS: dict[str, Callable[[Path], list[str]]] = {
     "snippets": snippet_problems,
     "results": results_problems,
     "unfinished": unfinished_problems,
+    "figures": figure_problems,
     "lint": lint_problems,
 }
 

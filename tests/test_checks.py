@@ -93,6 +93,17 @@ def test_ruff_finds_nothing():
     assert not problems, _report(problems)
 
 
+@pytest.mark.parametrize("page", PAGES, ids=_ids(PAGES))
+def test_page_types_no_measured_figure(page):
+    problems = checks.check_figures(ROOT, page)
+    assert not problems, _report(problems)
+
+
+def test_the_chapter_template_types_no_measured_figure():
+    problems = checks.check_figures(ROOT, ROOT / checks.TEMPLATE)
+    assert not problems, _report(problems)
+
+
 def test_issue_forms_follow_the_github_schema():
     forms = sorted(p for p in (ROOT / ".github/ISSUE_TEMPLATE").glob("*.yml") if p.name != "config.yml")
     assert {p.name for p in forms} >= {"error-in-the-book.yml", "chapter-proposal.yml"}
@@ -391,3 +402,148 @@ def test_host_side_python_in_kernels_needs_no_gpu_test(tmp_path):
     page = SHOWS_KERNEL.replace("kernels/k.py", "kernels/plan.py")
     root = _repo(tmp_path, {"docs/chapters/98-a.md": page, "kernels/plan.py": "def plan():\n    return 1\n"})
     assert checks.unfinished_problems(root) == []
+
+
+# The figures check: measured figures typed into prose are flagged, labelled and non-prose ones are not
+
+
+def _figures(tmp_path: Path, page: str, files: dict[str, str] | None = None) -> list[str]:
+    root = _repo(tmp_path, {"docs/chapters/98-a.md": page, **(files or {})})
+    return checks.figure_problems(root)
+
+
+def _flagged(problems: list[str]) -> list[str]:
+    """The quoted figure of each problem."""
+    return [problem.split('"')[1] for problem in problems]
+
+
+@pytest.mark.parametrize(
+    ("page", "figure"),
+    [
+        ("Our kernel runs at 612 TFLOP/s at N = 4096.", "612 TFLOP/s"),
+        ("It ran at 480 TFLOPS.", "480 TFLOPS"),
+        ("The naive version managed 9.5 GFLOP/s.", "9.5 GFLOP/s"),
+        ("A copy moves 3,030 GB/s.", "3,030 GB/s"),
+        ("It reads at 2.9\u00a0TB/s in our run.", "2.9\u00a0TB/s"),
+        ("Each call takes 1.2–1.5 ms.", "1.2–1.5 ms"),
+        ("Each call takes 1.2-1.5 ms.", "1.2-1.5 ms"),
+        ("A launch costs about 5 µs.", "5 µs"),
+        ("A launch costs about 5 us.", "5 us"),
+        ("The loop body takes 40 ns.", "40 ns"),
+        ("The whole run took 3 milliseconds.", "3 milliseconds"),
+        ("The kernel takes 1 ms, which is fast.", "1 ms"),
+        ("The naive version managed 9.5 Tflop/s.", "9.5 Tflop/s"),
+        ("That is \\(\\approx 0.24\\) ms per call.", "0.24 ms"),
+        ("The kernel is 1.07× cuBLAS at 4096.", "1.07×"),
+        ("The flash backend is at 0.97x of ours.", "0.97x"),
+        ("With 64 keys it was 12-16% slower.", "12-16%"),
+        ("Against cuDNN the step gains +5%.", "+5%"),
+        ("Our kernel reaches 65 % of torch.matmul.", "65 %"),
+        ("It reaches 65% of `torch.matmul`.", "65%"),
+        ("The speed-up is 1.8×.", "1.8×"),
+        ("Our kernel is 1.5 times as fast as PyTorch.", "1.5 times"),
+        ("Our kernel reaches 1.5× the speed of the copy.", "1.5×"),
+        ("Our kernel moves its bytes at 80% of the copy's speed.", "80%"),
+        ("In our runs timed in turns, head dim 64 was just under 1.0×.", "1.0×"),
+        ("At head dim 128 it gained the predicted 5-10%.", "5-10%"),
+        ("It reaches 65 percent of cuBLAS.", "65 percent"),
+        ("We measured 1.2-1.5× over the readable kernel.", "1.2-1.5×"),
+        ("## Our kernel at 700 TFLOP/s", "700 TFLOP/s"),
+        ("[^1]: Our kernel took 4 ms.", "4 ms"),
+    ],
+)
+def test_a_typed_measured_figure_is_flagged(tmp_path, page, figure):
+    problems = _figures(tmp_path, page)
+    assert _flagged(problems) == [figure], problems
+
+
+PASSING_FIGURES = {  # labelled, arithmetic, or not prose
+    "datasheet": "The H100 SXM5 datasheet gives 3.35 TB/s.",
+    "published": "The FlashAttention-3 paper's published H100 figure is 740 TFLOP/s (arXiv 2407.08608).",
+    "data-sheet": "The A100 Data Sheet lists 2,039 GB/s for the SXM card.",
+    "target": "The target is at least 0.9× cuBLAS; the goal is 1.0×.",
+    "made-up": "At a made-up 500 TFLOP/s that takes 2.2 ms.",
+    "whole-factor": "Two passes of the kernel need 2× the memory, so it is twice as slow.",
+    "bytes": "Reading twice, the kernel moves 1.5 times the copy's bytes, and 1.5× the traffic of the copy.",
+    "tiles": "A causal kernel computes 51.6% of the tiles and 0.5× the FLOPs, so it can be faster.",
+    "fewer": "FlashAttention moves 3.4 times fewer bytes.",
+    "sizes": "A 128 × 64 tile of the kernel holds 8192 scores, and 0x1F is 31 in the kernel's code.",
+    "probability": "With probability 50% a coin lands heads.",
+    "gib": "1 GiB is about 7% more than 1 GB.",
+    "definition": "Bandwidths are decimal: 1 TB/s is 10¹² bytes per second, and 1 µs = 1,000 ns.",
+    "arithmetic": "Causal attention does half the work of the kernel: 4·N²·d FLOPs become 2·N²·d.",
+    "product": "The kernel does 2.2 × \\(10^{12}\\) FLOPs, 1.1 × 10 of them causal.",
+    "versions": "The kernel keeps H100 and v2.11 apart, and 3.14 is not a ratio.",
+    "abbreviations": "e.g. the datasheet gives 3.35 TB/s, i.e. the peak.",
+    "fence": "```text\nour kernel: 612 TFLOP/s, 1.07× cuBLAS\n```",
+    "indented-fence": "    ```python\n    # the kernel took 3 ms\n    ```",
+    "nested-fence": "````markdown\n```text\n```\nthe kernel: 5 ms\n````",
+    "code-span": 'Timed with `gpu_ms(fn)`, printed as `0.5 ms`: see the output.\n--8<-- "snippets/ch98/x.out"',
+    "include-block": "--8<--\nsnippets/ch98/run 5 ms.out\n--8<--",
+    "comments": "<!-- results: toy table -->\n<!-- the kernel was 1.07× cuBLAS and 3 ms -->",
+    "multi-line-comment": "<!-- a comment over\ntwo lines: 3 ms -->",
+    "inline-math": "The cost of the kernel is \\(4 N^2 d\\) at \\(1.5\\,\\text{ms}\\) or \\[ 2\\text{ ms} \\].",
+    "display-math": "$$\nt = 2.2\\,\\text{ms} \\text{ for the kernel, } 1.07\\times\n$$",
+    "links": "See [the run](https://example.com/run-5ms/1.07x-cuBLAS) and <https://example.com/3ms>.",
+    "bare-url": "The kernel's page: https://example.com/65%/5ms",
+    "reference-link": '[run]: https://example.com/5ms "The kernel at 5 ms"',
+}
+
+
+@pytest.mark.parametrize("page", PASSING_FIGURES.values(), ids=PASSING_FIGURES.keys())
+def test_labelled_or_non_prose_figures_pass(tmp_path, page):
+    assert _figures(tmp_path, page) == []
+
+
+def test_figures_problem_names_the_page_the_line_and_the_fix(tmp_path):
+    page = "# 98. A chapter\n\nThe kernel is fast.\nIt runs at\n612 TFLOP/s, 1.07× cuBLAS.\n"
+    [unit, ratio] = _figures(tmp_path, page)
+    assert unit.startswith('docs/chapters/98-a.md:5: "612 TFLOP/s" reads as a measured figure typed into the page.')
+    assert ratio.startswith('docs/chapters/98-a.md:5: "1.07×" in a sentence that names "cuBLAS" reads as a measured')
+    assert "Fix: render it from a results view (a line `<!-- results: BENCHMARK VIEW -->`" in unit
+    assert "book/bench/<name>.py" in unit and "say it without the figure" in unit
+    assert "datasheet or published figure, say so and name its source in the same sentence" in unit
+
+
+def test_a_label_speaks_for_its_own_sentence_only(tmp_path):
+    page = "The datasheet gives 3.35 TB/s. Our copy\nreached 3.0 TB/s. The target is 0.9× cuBLAS.\n"
+    [problem] = _figures(tmp_path, page)
+    assert problem.startswith('docs/chapters/98-a.md:2: "3.0 TB/s"')
+
+
+def test_list_items_and_admonitions_are_sentences_of_their_own(tmp_path):
+    page = ("- The datasheet gives 3.35 TB/s\n- our copy reached 3.0 TB/s\n\n??? note \"Datasheet\"\n"
+            "    the kernel took 2 ms\n")
+    assert _flagged(_figures(tmp_path, page)) == ["3.0 TB/s", "2 ms"]
+
+
+def test_a_table_row_is_a_sentence_read_with_its_header_and_caption(tmp_path):
+    table = "| N | ours / cuBLAS | time |\n|---|---:|---|\n| 4096 | 1.07× | 2 ms |\n| 8192 | 0.98× | 9 ms |\n"
+    problems = _figures(tmp_path, "Measured on our H100.\n\n" + table)
+    assert [p.split(": ")[0] for p in problems] == ["docs/chapters/98-a.md:5"] * 2 + ["docs/chapters/98-a.md:6"] * 2
+    assert _flagged(problems) == ["1.07×", "2 ms", "0.98×", "9 ms"]
+    assert _figures(tmp_path / "caption", table + "\n*Published by the vendor (arXiv 2407.08608).*\n") == []
+    assert _figures(tmp_path / "above", "*Datasheet values.*\n\n" + table) == []
+    assert _figures(tmp_path / "prose", table + "\nA paragraph that says datasheet.\n") != []
+    assert _figures(tmp_path / "header", table.replace("| time |", "| datasheet time |")) == []
+    assert _flagged(_figures(tmp_path / "in-header", "| 3.35 TB/s |\n|---|\n")) == ["3.35 TB/s"]
+    assert _figures(tmp_path / "in-header-caption", "| 3.35 TB/s |\n|---|\n\n*From the datasheet.*\n") == []
+    assert _flagged(_figures(tmp_path / "bold", table + "\n**Datasheet** values follow.\n")) != []
+
+
+def test_a_figure_that_a_snippet_on_the_page_prints_passes(tmp_path):
+    files = {"snippets/ch98/share.py": "", "snippets/ch98/share.out": "share 0.516, speed-up 1.94x, 3 tiles\n"}
+    shown = '```text title="Output"\n--8<-- "snippets/ch98/share.out"\n```\n\n'
+    page = shown + "The kernel can be at most 1.94× faster: it computes 51.6% of the tiles.\n"
+    assert _figures(tmp_path, page, files) == []
+    page = shown + "The kernel was 1.95× faster, 61.6% of the time, and 3% slower once.\n"
+    assert _flagged(_figures(tmp_path / "other", page, files)) == ["1.95×", "61.6%", "3%"]
+    unshown = "The kernel can be at most 1.94× faster.\n"
+    assert _flagged(_figures(tmp_path / "unshown", unshown, files)) == ["1.94×"]
+
+
+def test_figures_check_runs_on_every_page(tmp_path):
+    root = _repo(tmp_path, {"docs/chapters/98-a.md": GOOD_CHAPTER, "docs/glossary.md": "# Glossary\n\nSDPA: 5 ms.\n"})
+    [problem] = checks.figure_problems(root)
+    assert problem.startswith('docs/glossary.md:3: "5 ms"')
+    assert "figures" in checks.CHECKS
