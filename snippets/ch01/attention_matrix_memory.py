@@ -19,4 +19,5 @@ HEADS = 32  # attention heads per layer in LLaMA 7B (Touvron et al., 2023)
 fp16_head = n * n * BYTES_PER_ELEMENT["fp16"] / GiB
 print()
 print(f"fp16 halves it: {fp16_head:.0f} GiB for one head, which fits.")
-print(f"One layer, {HEADS} heads at once: {HEADS} x {fp16_head:.0f} GiB = {HEADS * fp16_head:,.0f} GiB, which does not.")
+layer = HEADS * fp16_head
+print(f"One layer, {HEADS} heads at once: {HEADS} x {fp16_head:.0f} GiB = {layer:,.0f} GiB, which does not.")
