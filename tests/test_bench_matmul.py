@@ -137,3 +137,12 @@ def test_tma_gain_sentence():
     assert "1.10× (float16, n = 4,096)" in text  # 0.99 / 0.9
     assert "float16 4,096: 0.90× → 0.99×" in text and "bfloat16 8,192: 0.95× → 0.95×" in text
     assert "before the TMA kernel" in bench.tma_gain(_fake_result({}))
+
+
+def test_small_sizes_say_how_the_rows_were_timed():
+    old = _fake_result({("float16", 512): 0.15}, tma_ratios={})
+    assert "timed with `do_bench`" in bench.small_sizes(old) and "next run replaces" in bench.small_sizes(old)
+    new = _fake_result({}, tma_ratios={})
+    for row in new["rows"]:
+        row["timer"] = bench.TIMER
+    assert "timed from CUDA graphs, in turns" in bench.small_sizes(new)

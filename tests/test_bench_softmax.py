@@ -40,13 +40,20 @@ def test_target_met_is_stated_from_the_rows():
     assert text.count("!!! success") == 2 and "failure" not in text
     assert "90% to 93%" in text  # 2700/3000 to 2800/3000, the single-block rows
     assert "online two-pass path" in text and "67% to 70%" in text
+    assert "above that share, so the L2 cache served part of the second read" in text  # 70% > 2/3 + 2%
 
 
 def test_target_not_met_names_the_failing_rows():
     text = bench.target(BAD)
     assert text.count("!!! failure") == 2
     assert "67%" in text and "float32, 256 values per row" in text
+    assert "below that share" in text  # 1500 / 3000 = 50%
     assert "Slower than torch at: float32 256 (0.80×), float16 65,536 (0.83×)" in text
+
+
+def test_online_rows_at_the_no_reuse_share_show_no_l2_help():
+    text = bench.target(_result([_row("float32", 65536, 2000.0, 1500.0)]))
+    assert "66.7%" in text and "about that share, so the data show no help from the L2 cache" in text
 
 
 def test_rows_with_a_missing_timing_are_left_out_of_verdicts():

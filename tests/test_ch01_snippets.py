@@ -7,6 +7,8 @@ def test_attention_matrix_memory():
     stored, fresh = snippets.check("snippets/ch01/attention_matrix_memory.py")
     assert fresh == stored
     assert "= 68.7 GB (10^9 bytes) = 64 GiB (2^30 bytes)" in fresh
+    assert "fp16 halves it: 32 GiB for one head, which fits." in fresh
+    assert "32 heads at once: 32 x 32 GiB = 1,024 GiB, which does not." in fresh
 
 
 def test_arithmetic_intensity():

@@ -1,4 +1,9 @@
-"""Chapter 4: the fused Triton softmax against torch.softmax, with the copy bandwidth of the same bytes as the ceiling.
+"""Chapter 4: the fused Triton softmax against torch.softmax, with the copy of the same bytes as the reference.
+
+The copy is a reference, not an upper bound: softmax and copy are different kernels, and a single-block
+softmax moves the same bytes as the copy, so it can match it or beat it by a little. The online path moves
+1.5 times the copy's bytes (two reads, one write), so without L2 hits it reaches at most 2/3 of the copy's
+speed, counted in the copy's bytes.
 
 For each dtype and row length, the tensor holds TENSOR_BYTES (far more than the L2 cache), so every kernel
 streams from HBM. Bandwidth counts the bytes a softmax must move: the input read once and the output written
@@ -15,6 +20,8 @@ TENSOR_BYTES = 512 * 2**20  # 512 MiB per input tensor
 N_COLS = [256, 512, 1000, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 DTYPES = ["float32", "float16"]
 SINGLE_BLOCK_SHARE = 0.85  # target: at least this share of the copy bandwidth for rows that fit in one block
+ONLINE_NO_REUSE = 2 / 3  # the online path's share of the copy's speed if its second read never hits in L2
+L2_HELP_MARGIN = 0.02  # above the no-reuse share by more than this: the L2 cache served part of the second read
 TORCH_SLACK = 0.02  # "not slower than torch.softmax": within 2%, about the run-to-run spread of a timing
 CHECK_ROWS = 64  # rows checked against a float64 reference before timing
 
@@ -167,11 +174,18 @@ def target(result: dict) -> str:
     online = [r for r in vs_copy if r["path"] == "online"]
     if online:
         o_shares = [r["triton_GBps"] / r["copy_GBps"] for r in online]
+        if max(o_shares) > ONLINE_NO_REUSE + L2_HELP_MARGIN:
+            reading = "above that share, so the L2 cache served part of the second read"
+        elif max(o_shares) >= ONLINE_NO_REUSE - L2_HELP_MARGIN:
+            reading = "about that share, so the data show no help from the L2 cache"
+        else:
+            reading = "below that share: the path does not reach even the speed its traffic allows"
         out.append(
             f"Rows longer than one block ({min(r['n_cols'] for r in online):,} values and up) take the online "
-            f"two-pass path. It reads every value twice (the second read may partly hit the L2 cache), so it cannot "
-            f"match a copy; in this run it moved {_span(min(o_shares), max(o_shares), '.0%')} of the copy's bytes "
-            f"per second.\n"
+            f"two-pass path. It reads every value twice and writes it once, 1.5 times a copy's bytes, so if the "
+            f"second read never hits in the L2 cache it can reach about {ONLINE_NO_REUSE:.1%} of the copy's speed "
+            f"(counted, as everywhere here, in the copy's bytes). In this run it moved "
+            f"{_span(min(o_shares), max(o_shares), '.0%')} of the copy's bytes per second: {reading}.\n"
         )
     return "\n".join(out) if out else "No complete rows in this result.\n"
 

@@ -14,3 +14,10 @@ print()
 print(f"N = {n} (128K): {n}^2 x 4 bytes = {n * n * 4:,} bytes")
 print(f"  = {n * n * 4 / 1e9:.1f} GB (10^9 bytes) = {n * n * 4 / GiB:.0f} GiB (2^30 bytes)")
 print("An 80 GB GPU holds one such matrix, for one head, and little else.")
+
+HEADS = 32  # attention heads per layer in LLaMA 7B (Touvron et al., 2023)
+fp16_head = n * n * BYTES_PER_ELEMENT["fp16"] / GiB
+print()
+print(f"fp16 halves it: {fp16_head:.0f} GiB for one head, which fits.")
+layer = HEADS * fp16_head
+print(f"One layer, {HEADS} heads at once: {HEADS} x {fp16_head:.0f} GiB = {layer:,.0f} GiB, which does not.")
