@@ -1,0 +1,34 @@
+"""Chapter 10 snippets: each prints what its page shows, and what it prints is true."""
+
+from book import snippets
+
+
+def test_gradients_by_hand_match_autograd():
+    stored, fresh = snippets.check("snippets/ch10/gradients_by_hand.py")
+    assert fresh == stored
+    assert fresh.count("matches autograd: True") == 3
+    lines = fresh.splitlines()
+    from_o = next(line for line in lines if line.startswith("D from dO and O:")).split(":")[1]
+    from_p = next(line for line in lines if line.startswith("D from P and dP:")).split(":")[1]
+    assert from_o.split() == from_p.split()  # D needs no P
+
+
+def test_recompute_cost_counts_products_and_bytes():
+    stored, fresh = snippets.check("snippets/ch10/recompute_cost.py")
+    assert fresh == stored
+    assert "5 products per tile (2.5 x the forward)" in fresh
+    assert "7 products per tile (3.5 x the forward)" in fresh
+    assert "storing P: 16.0 GiB; storing O and L: 66.0 MiB" in fresh  # 32 * 16384^2 * 2 B; 32 * 16384 * 132 B
+
+
+def test_run_backward_matches_float64():
+    stored, fresh = snippets.check("snippets/ch10/run_backward.py")
+    assert fresh == stored
+    assert fresh.count("matches float64 autograd") == 3 and "DIFFERS" not in fresh
+
+
+def test_exercise_delta_precision_shows_the_fp16_loss():
+    stored, fresh = snippets.check("snippets/ch10/exercise_delta_precision.py")
+    assert fresh == stored
+    errors = [float(line.split("error ")[1].rstrip(")")) for line in fresh.splitlines() if "error" in line]
+    assert errors[1] > 100 * errors[0]  # the fp16 accumulator is far worse than the fp32 one
