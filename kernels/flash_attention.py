@@ -253,6 +253,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     block_m and block_n (powers of two, both or neither) pin the tile shape instead of autotuning.
     """
     validate_inputs(q, k, v)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        return _differentiable(q, k, v, causal, causal_alignment, sm_scale, return_lse, out, block_m, block_n)
     if causal_alignment not in ALIGNMENTS:
         raise ValueError(f"causal_alignment must be one of {ALIGNMENTS}, got {causal_alignment!r}")
     batch, heads, n_q, head_dim = q.shape
@@ -292,4 +294,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", **tiles,
     )
     return (out, lse) if return_lse else out
+
 # --8<-- [end:wrapper]
+
+
+def _differentiable(q, k, v, causal, causal_alignment, sm_scale, return_lse, out, block_m, block_n):
+    """attention() for inputs that need gradients: chapter 10's autograd function, whose backward rebuilds P
+    from the saved logsumexp. It returns o alone, into a fresh tensor, with autotuned tiles."""
+    if return_lse or out is not None or block_m is not None or block_n is not None:
+        raise ValueError("with inputs that require grad, attention() returns o alone, into a new tensor, with "
+                         "autotuned tiles: drop return_lse, out, block_m and block_n, or call it under "
+                         "torch.no_grad()")
+    from kernels.flash_attention_backward import FlashAttention
+
+    return FlashAttention.apply(q, k, v, causal, causal_alignment, sm_scale)
+

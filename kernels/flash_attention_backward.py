@@ -244,7 +244,8 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
 # --8<-- [start:autograd]
 class FlashAttention(torch.autograd.Function):
     """Chapter 5's forward and this file's backward as one differentiable operation: the forward saves q, k, v,
-    the output and its logsumexp (no N x N matrix), and the backward rebuilds P from them."""
+    the output and its logsumexp (no N x N matrix), and the backward rebuilds P from them. Chapter 5's
+    attention() calls it whenever q, k or v require grad."""
 
     @staticmethod
     def forward(ctx, q, k, v, causal: bool, causal_alignment: str, sm_scale: float | None):
@@ -260,10 +261,4 @@ class FlashAttention(torch.autograd.Function):
         dq, dk, dv = attention_backward(do.contiguous() if do.stride(-1) != 1 else do, q, k, v, out, lse,
                                         **ctx.settings)
         return dq, dk, dv, None, None, None
-
-
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-              causal_alignment: str = "top-left", sm_scale: float | None = None) -> torch.Tensor:
-    """Chapter 5's attention(), differentiable: gradients reach q, k and v through attention_backward."""
-    return FlashAttention.apply(q, k, v, causal, causal_alignment, sm_scale)
 # --8<-- [end:autograd]

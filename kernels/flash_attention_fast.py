@@ -278,6 +278,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     (the worklog benchmark times each step this way).
     """
     readable.validate_inputs(q, k, v)  # the same checks, and the same messages, as chapter 5
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise ValueError("the fast path has no backward pass: for gradients call kernels.flash_attention.attention "
+                         "(chapter 10), or run this one under torch.no_grad()")
     unknown = set(features) - set(BEST_FEATURES)
     if unknown:
         raise TypeError(f"unknown feature switches {sorted(unknown)}; known: {sorted(BEST_FEATURES)}")

@@ -91,10 +91,23 @@ def test_non_contiguous_inputs_and_a_custom_scale(device):
     check(q, k, v, do, causal=True, sm_scale=0.3)
 
 
+def test_chapter_5_attention_is_differentiable_and_says_what_it_cannot_do(device):
+    q, k, v, _ = inputs(1, 1, 16, 16, 16, torch.float32, device)
+    q.requires_grad_()
+    with pytest.raises(ValueError, match="drop return_lse, out, block_m and block_n"):
+        forward_attention(q, k, v, return_lse=True)
+    with torch.no_grad():  # no gradients wanted: every option is open again
+        assert forward_attention(q, k, v, return_lse=True)[1].shape == (1, 1, 16)
+    from kernels.flash_attention_fast import attention as fast_attention
+
+    with pytest.raises(ValueError, match="the fast path has no backward pass"):
+        fast_attention(q, k, v)
+
+
 def test_autograd_function_gives_every_gradient(device):
     q, k, v, do = inputs(1, 2, 26, 26, 16, torch.float32, device, seed=2)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
-    out = backward.attention(q, k, v, causal=True)
+    out = forward_attention(q, k, v, causal=True)
     out.backward(do)
     ref_out, *expected = reference_grads(q, k, v, do, causal=True)
     assert rel_err(out.detach(), ref_out) <= RTOL[torch.float32]
@@ -150,7 +163,7 @@ def test_gpu_autograd_matches_sdpa_in_a_small_model_step():
     q, k, v, do = inputs(4, 8, 2048, 2048, 64, torch.float16, "cuda", seed=3)
     ours = [t.clone().requires_grad_() for t in (q, k, v)]
     theirs = [t.clone().requires_grad_() for t in (q, k, v)]
-    backward.attention(*ours, causal=True).backward(do)
+    forward_attention(*ours, causal=True).backward(do)
     torch.nn.functional.scaled_dot_product_attention(*theirs, is_causal=True).backward(do)
     _, *expected = reference_grads(q, k, v, do, causal=True)
     for mine, sdpa, ref in zip(ours, theirs, expected, strict=True):

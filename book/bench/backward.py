@@ -50,7 +50,7 @@ def _implementations() -> dict:
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from kernels import flash_attention_backward
+    from kernels import flash_attention
 
     def sdpa(backend):
         def fn(q, k, v, causal):
@@ -58,7 +58,7 @@ def _implementations() -> dict:
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
         return fn
 
-    return {"ours": lambda q, k, v, causal: flash_attention_backward.attention(q, k, v, causal=causal),
+    return {"ours": lambda q, k, v, causal: flash_attention.attention(q, k, v, causal=causal),
             **{name: sdpa(backend) for name, backend in BACKENDS.items()}, "plain": _plain}
 
 

@@ -3,14 +3,14 @@
 import torch
 
 import kernels  # noqa: F401  (picks the interpreter when there is no GPU)
-from kernels.flash_attention_backward import attention
+from kernels.flash_attention import attention
 
 device = "cuda" if torch.cuda.is_available() else "cpu"
 generator = torch.Generator().manual_seed(0)
 q, k, v, do = (torch.randn(1, 2, 40, 32, generator=generator).to(device) for _ in range(4))
 q, k, v = (t.requires_grad_() for t in (q, k, v))
 
-out = attention(q, k, v, causal=True)  # chapter 5's forward, saving O and the logsumexp
+out = attention(q, k, v, causal=True)  # chapter 5's forward; inputs that need grad also save O and L
 out.backward(do)  # this chapter's backward kernels
 
 exact = [t.detach().double().requires_grad_() for t in (q, k, v)]
