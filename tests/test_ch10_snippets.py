@@ -32,3 +32,12 @@ def test_exercise_delta_precision_shows_the_fp16_loss():
     assert fresh == stored
     errors = [float(line.split("error ")[1].rstrip(")")) for line in fresh.splitlines() if "error" in line]
     assert errors[1] > 100 * errors[0]  # the fp16 accumulator is far worse than the fp32 one
+
+
+def test_train_tiny_gives_the_same_losses_with_both_attentions():
+    # The program imports snippets/ch10/tiny_gpt.py, the model and training loop the page shows.
+    stored, fresh = snippets.check("snippets/ch10/train_tiny.py")
+    assert fresh == stored
+    book, sdpa = (line.split(":")[1].split() for line in fresh.splitlines()[:2])
+    assert book == sdpa and len(book) == 4
+    assert "same losses to 1e-4: True" in fresh and "the loss went down: True" in fresh

@@ -1,0 +1,16 @@
+# Chapter 10: a few training steps of a tiny transformer, once with the book's attention and once with
+# PyTorch's, from the same seed. It runs on the CPU, the book's kernels in Triton's interpreter, so the model
+# is tiny here; book/bench/training.py trains the full-size one on a GPU. Run: python snippets/ch10/train_tiny.py
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # the CPU, with or without a GPU: the same output everywhere
+from tiny_gpt import Config, book_attention, sdpa_attention, train  # noqa: E402
+
+config = Config(layers=1, heads=2, head_dim=16, context=32, batch=2)
+runs = {name: train(attention, config, steps=4, device="cpu")
+        for name, attention in (("book", book_attention), ("sdpa", sdpa_attention))}
+for name, run in runs.items():
+    print(f"{name} losses:", " ".join(f"{loss:.3f}" for loss in run["losses"]))
+gap = max(abs(a - b) for a, b in zip(runs["book"]["losses"], runs["sdpa"]["losses"], strict=True))
+print("same losses to 1e-4:", gap < 1e-4)
+print("the loss went down:", runs["book"]["losses"][-1] < runs["book"]["losses"][0])
