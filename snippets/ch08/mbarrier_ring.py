@@ -1,7 +1,7 @@
 # A ring of 2 shared-memory slots carries 5 tiles from a copying warp (the producer) to a computing warpgroup
-# (the consumer). Each slot has two barriers: `ready` (the copy has landed) and `free` (the consumer is done with
-# it). A barrier counts phases; a wait names the parity (0 or 1) of the phase it waits for. This simulates the
-# barriers in plain Python, runs both roles in turns, and prints what each one waits for and when.
+# (the consumer). Each slot has a `ready` barrier (the copy has landed) and a `free` barrier (the consumer is
+# done with it). A barrier counts completed phases; a wait names the parity (0 or 1) of the phase it waits for.
+# This simulates the barriers in plain Python and runs the two roles in turns.
 TILE_BYTES = 128 * 64 * 2  # one fp16 tile of 128 keys x head dim 64
 SLOTS, TILES = 2, 5
 
@@ -38,36 +38,36 @@ print("tile                 " + " ".join(f"{t}" for t in tiles))
 print("slot = t % 2         " + " ".join(f"{t % SLOTS}" for t in tiles))
 print("computer waits ready " + " ".join(f"{(t // SLOTS) & 1}" for t in tiles) + "   parity (t // 2) & 1")
 print("copier waits free    " + " ".join(f"{((t // SLOTS) & 1) ^ 1}" for t in tiles) + "   parity ((t // 2) & 1) ^ 1")
-print()
 
 ready = [MBarrier(f"ready[{s}]", count=1) for s in range(SLOTS)]
 free = [MBarrier(f"free[{s}]", count=1) for s in range(SLOTS)]
 in_flight = []  # copies issued but not landed yet: (slot, bytes)
+done = {"copier": [], "computer": []}  # what each role did this round
 
 
 def producer():
     for t in range(TILES):
-        slot, parity = t % SLOTS, ((t // SLOTS) & 1) ^ 1  # a fresh barrier counts phase "1" as complete
-        yield free[slot], parity
+        slot = t % SLOTS
+        yield free[slot], ((t // SLOTS) & 1) ^ 1  # a fresh barrier counts phase "1" as complete
         ready[slot].expect(TILE_BYTES)
         in_flight.append((slot, TILE_BYTES))
-        print(f"  copier   tile {t}: free[{slot}] parity {parity} passed; copy issued, expects {TILE_BYTES} bytes")
+        done["copier"].append(f"copies tile {t} into slot {slot}")
 
 
 def consumer():
     for t in range(TILES):
-        slot, parity = t % SLOTS, (t // SLOTS) & 1
-        yield ready[slot], parity
-        print(f"  computer tile {t}: ready[{slot}] parity {parity} passed; computes, then arrives on free[{slot}]")
+        slot = t % SLOTS
+        yield ready[slot], (t // SLOTS) & 1
+        done["computer"].append(f"computes tile {t}")
         free[slot].arrive()
 
 
 roles = {"copier": producer(), "computer": consumer()}
 waiting = {name: next(role) for name, role in roles.items()}
-step = 0
-while waiting:
-    step += 1
-    print(f"round {step}")
+for round_ in range(1, 10):
+    if not waiting:
+        break
+    print(f"round {round_}")
     for name in list(waiting):
         barrier, parity = waiting[name]
         while barrier.passed(parity):
@@ -78,7 +78,9 @@ while waiting:
                 break
         else:
             waiting[name] = (barrier, parity)
-            print(f"  {name:8s} blocked on {barrier.name} parity {parity} (its phase count is {barrier.phase})")
+        blocked = f"waits on {barrier.name} for parity {parity}" if name in waiting else "finished"
+        print(f"  {name:8s} {', '.join(done[name] + [blocked])}")
+        done[name].clear()
     for slot, nbytes in in_flight:  # the copy engine lands what was issued this round
         ready[slot].complete_tx(nbytes)
     in_flight.clear()

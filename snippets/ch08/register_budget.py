@@ -27,12 +27,14 @@ for computing in (2, 3):
           f"computing {each} ({COPIER * 128 + each * computing * 128:,} of {REGISTERS_PER_SM:,} registers)")
 
 # What one computing thread must hold: a warpgroup owns 64 query rows; an fp32 tile of 64 rows x n columns
-# spread over 128 threads is n/2 registers per thread, an fp16 tile half as many.
+# spread over 128 threads is n/2 registers per thread, an fp16 tile half as many. P is made from S a piece at a
+# time, so at the peak a thread holds O, S and the P of the previous tile that the tensor cores still read.
 print()
 for head_dim in (64, 128):
     accumulator = 64 * head_dim // 128  # O, fp32
     scores = 64 * 128 // 128  # S for 128 keys, fp32
-    probabilities = 2 * (64 * 128 // 128 // 2)  # P in fp16: this tile's and the one the tensor cores still read
-    need = accumulator + scores + probabilities
-    print(f"head dim {head_dim:3d}: O {accumulator} + S {scores} + two P tiles {probabilities} = {need} "
-          f"registers of data per thread, before indices, row max and row sum")
+    p_tile = 64 * 128 // 128 // 2  # P for 128 keys, fp16
+    every_tile = accumulator + scores + 2 * p_tile
+    peak = accumulator + scores + p_tile
+    print(f"head dim {head_dim:3d}: O {accumulator} + S {scores} + P {p_tile} + P in flight {p_tile} = "
+          f"{every_tile}; at the peak O + S + P in flight = {peak} registers, before indices and row statistics")
