@@ -1,87 +1,62 @@
-# A ring of 2 shared-memory slots carries 5 tiles from a copying warp (the producer) to a computing warpgroup
-# (the consumer). Each slot has a `ready` barrier (the copy has landed) and a `free` barrier (the consumer is
-# done with it). A barrier counts completed phases; a wait names the parity (0 or 1) of the phase it waits for.
-# This simulates the barriers in plain Python and runs the two roles in turns.
-TILE_BYTES = 128 * 64 * 2  # one fp16 tile of 128 keys x head dim 64
+# A ring of 2 shared-memory slots carries 5 tiles from a copying warp to a computing warpgroup. Slot s has a
+# `ready` barrier (its copy has landed) and a `free` barrier (the computer is done with it). A barrier counts
+# completed phases; a wait names the parity (0 or 1) of the phase it waits for.
+TILE_BYTES = 128 * 64 * 2  # one fp16 tile: 128 keys x head dim 64
 SLOTS, TILES = 2, 5
 
 
 class MBarrier:
-    def __init__(self, name: str, count: int):
-        self.name, self.count = name, count
-        self.pending, self.tx_bytes, self.phase = count, 0, 0  # phase: how many phases have completed
+    def __init__(self, name):
+        self.name, self.pending, self.tx_bytes, self.phase = name, 1, 0, 0  # one arrival per phase
 
-    def arrive(self):
-        self.pending -= 1
+    def arrive(self, expect_bytes=0):  # expect_bytes: what a copy will bring (PTX arrive.expect_tx)
+        self.pending, self.tx_bytes = self.pending - 1, self.tx_bytes + expect_bytes
         self._maybe_complete()
 
-    def expect(self, nbytes: int):  # arrive, and say how many bytes a copy will bring
-        self.tx_bytes += nbytes
-        self.arrive()
-
-    def complete_tx(self, nbytes: int):  # the copy engine reports bytes that landed
+    def complete_tx(self, nbytes):  # the copy engine reports bytes that landed
         self.tx_bytes -= nbytes
         self._maybe_complete()
 
     def _maybe_complete(self):
         if self.pending == 0 and self.tx_bytes == 0:
-            self.phase += 1  # the phase completes and the parity flips
-            self.pending = self.count
+            self.phase, self.pending = self.phase + 1, 1  # the phase completes: the parity flips
 
-    def passed(self, parity: int) -> bool:
-        """A wait for `parity` passes once the phase of that parity is the last one completed."""
+    def passed(self, parity):  # a fresh barrier counts the phase before phase 0 (parity 1) as complete
         return (self.phase & 1) != parity
 
 
-tiles = range(TILES)
-print("tile                 " + " ".join(f"{t}" for t in tiles))
-print("slot = t % 2         " + " ".join(f"{t % SLOTS}" for t in tiles))
-print("computer waits ready " + " ".join(f"{(t // SLOTS) & 1}" for t in tiles) + "   parity (t // 2) & 1")
-print("copier waits free    " + " ".join(f"{((t // SLOTS) & 1) ^ 1}" for t in tiles) + "   parity ((t // 2) & 1) ^ 1")
-
-ready = [MBarrier(f"ready[{s}]", count=1) for s in range(SLOTS)]
-free = [MBarrier(f"free[{s}]", count=1) for s in range(SLOTS)]
-in_flight = []  # copies issued but not landed yet: (slot, bytes)
-done = {"copier": [], "computer": []}  # what each role did this round
+def ready_parity(t):  # tile t is use number t // SLOTS of its slot; the parity flips with every use
+    return (t // SLOTS) & 1
 
 
-def producer():
-    for t in range(TILES):
-        slot = t % SLOTS
-        yield free[slot], ((t // SLOTS) & 1) ^ 1  # a fresh barrier counts phase "1" as complete
-        ready[slot].expect(TILE_BYTES)
-        in_flight.append((slot, TILE_BYTES))
-        done["copier"].append(f"copies tile {t} into slot {slot}")
+def free_parity(t):  # the opposite, so that the copier's first wait on each (empty) slot passes
+    return ready_parity(t) ^ 1
 
 
-def consumer():
-    for t in range(TILES):
-        slot = t % SLOTS
-        yield ready[slot], (t // SLOTS) & 1
-        done["computer"].append(f"computes tile {t}")
-        free[slot].arrive()
+print("tile                 " + " ".join(str(t) for t in range(TILES)))
+print("slot = t % 2         " + " ".join(str(t % SLOTS) for t in range(TILES)))
+print("computer waits ready " + " ".join(str(ready_parity(t)) for t in range(TILES)) + "   parity (t // 2) & 1")
+print("copier waits free    " + " ".join(str(free_parity(t)) for t in range(TILES)) + "   the opposite")
 
-
-roles = {"copier": producer(), "computer": consumer()}
-waiting = {name: next(role) for name, role in roles.items()}
-for round_ in range(1, 10):
-    if not waiting:
-        break
-    print(f"round {round_}")
-    for name in list(waiting):
-        barrier, parity = waiting[name]
-        while barrier.passed(parity):
-            try:
-                barrier, parity = roles[name].send(None)
-            except StopIteration:
-                del waiting[name]
-                break
-        else:
-            waiting[name] = (barrier, parity)
-        blocked = f"waits on {barrier.name} for parity {parity}" if name in waiting else "finished"
-        print(f"  {name:8s} {', '.join(done[name] + [blocked])}")
-        done[name].clear()
-    for slot, nbytes in in_flight:  # the copy engine lands what was issued this round
-        ready[slot].complete_tx(nbytes)
-    in_flight.clear()
+ready = [MBarrier(f"ready[{s}]") for s in range(SLOTS)]
+free = [MBarrier(f"free[{s}]") for s in range(SLOTS)]
+copied = computed = 0  # tiles so far
+for round_ in range(1, 7):  # each round: the copier goes as far as it can, then the computer, then copies land
+    log = {"copier": [], "computer": []}
+    in_flight = []
+    while copied < TILES and free[copied % SLOTS].passed(free_parity(copied)):
+        ready[copied % SLOTS].arrive(expect_bytes=TILE_BYTES)
+        in_flight.append(copied % SLOTS)
+        log["copier"].append(f"copies tile {copied} into slot {copied % SLOTS}")
+        copied += 1
+    while computed < TILES and ready[computed % SLOTS].passed(ready_parity(computed)):
+        log["computer"].append(f"computes tile {computed}")
+        free[computed % SLOTS].arrive()
+        computed += 1
+    next_waits = {"copier": (free, free_parity, copied), "computer": (ready, ready_parity, computed)}
+    for role, (barriers, parity, tile) in next_waits.items():
+        wait = f"waits on {barriers[tile % SLOTS].name} for parity {parity(tile)}"
+        print(f"round {round_} {role:8s} " + ", ".join(log[role] + [wait if tile < TILES else "done"]))
+    for slot in in_flight:
+        ready[slot].complete_tx(TILE_BYTES)
 print("phases completed:", ", ".join(f"{b.name} {b.phase}" for b in ready + free))
