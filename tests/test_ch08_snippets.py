@@ -45,9 +45,3 @@ def test_exp_vs_matmul():
     assert "      64     2,097,152                 512                        1.00" in fresh
     assert "break-even head dim: 64" in fresh
 
-
-def test_shared_memory_budget():
-    stored, fresh = snippets.check("snippets/ch08/shared_memory_budget.py")
-    assert fresh == stored
-    assert "head dim 128, 2 warpgroups, 2 slots: Q+O    64 KiB + ring   128 KiB =   192 KiB of 227: fits" in fresh
-    assert fresh.count("too big") == 1
