@@ -48,9 +48,18 @@ run_snippet("ch08/register_budget.py")
 
 # %% [markdown]
 # ## Shared memory: what fits in 227 KiB
+#
+# Per program of chapter 9's kernel, in fp16: a 64-row Q tile and a 64-row output tile per computing warpgroup,
+# and a ring of slots that each hold a K and a V tile of 128 keys. Try other head dims and slot counts.
 
 # %%
-run_snippet("ch08/shared_memory_budget.py")
+for head_dim, warpgroups in ((64, 2), (64, 3), (128, 2)):
+    for slots in (2, 3):
+        q_and_o = 2 * warpgroups * 64 * head_dim * 2 / 1024
+        ring = slots * 2 * 128 * head_dim * 2 / 1024
+        total = q_and_o + ring
+        print(f"head dim {head_dim:3d}, {warpgroups} warpgroups, {slots} slots: {q_and_o:3.0f} + {ring:3.0f} = "
+              f"{total:3.0f} KiB: {'fits' if total <= 227 else 'too big'}")
 
 # %% [markdown]
 # ## A ring of two slots, with mbarrier phases
