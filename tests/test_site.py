@@ -44,6 +44,18 @@ def test_snippets_and_their_output_are_on_the_page(site):
     assert "every element written: True" in html  # stored output of simulate_workers.py
 
 
+def test_abbreviations_have_tooltips_on_every_page(site):
+    """book/abbreviations.md is appended to every page: its terms get a tooltip, but not inside code or math."""
+    for chapter in ("01-gpu-basics", "08-hopper-primer"):
+        html = (site / f"chapters/{chapter}/index.html").read_text()
+        assert '<abbr title="Streaming Multiprocessor: ' in html
+        assert not re.search(r"<code[^>]*>[^<]*<abbr", html)
+        assert not re.search(r'class="arithmatex">[^<]*<abbr', html)
+        assert "*[SM]:" not in html  # the definitions themselves are not shown
+    glossary = (site / "glossary/index.html").read_text()
+    assert 'id="tma"' in glossary and 'href="../chapters/08-hopper-primer/#tma"' in glossary
+
+
 @pytest.mark.skipif(not list(RESULTS_DIR.glob("*/vector_add.json")), reason="no vector_add results committed")
 def test_measured_views_have_figures_and_provenance(site):
     html = (site / "chapters/02-vector-add/index.html").read_text()
