@@ -9,8 +9,8 @@ from tiny_gpt import Config, book_attention, sdpa_attention, train  # noqa: E402
 config = Config(layers=1, heads=2, head_dim=16, context=32, batch=2)
 runs = {name: train(attention, config, steps=4, device="cpu")
         for name, attention in (("book", book_attention), ("sdpa", sdpa_attention))}
-for name, run in runs.items():
-    print(f"{name} losses:", " ".join(f"{loss:.3f}" for loss in run["losses"]))
+# The losses themselves change whenever a chapter (the training text) changes; their agreement does not.
+print("steps with each attention:", len(runs["book"]["losses"]), len(runs["sdpa"]["losses"]))
 gap = max(abs(a - b) for a, b in zip(runs["book"]["losses"], runs["sdpa"]["losses"], strict=True))
 print("same losses to 1e-4:", gap < 1e-4)
 print("the loss went down:", runs["book"]["losses"][-1] < runs["book"]["losses"][0])
