@@ -1,4 +1,4 @@
-"""Chapter 7's benchmark views, fed small fake results (no GPU needed)."""
+"""The benchmark views of chapters 7 and 9, fed small fake results (no GPU needed)."""
 
 import itertools
 
@@ -29,6 +29,18 @@ def test_worklog_views():
     assert "PassManager::run failed" in deltas and "+3%" in deltas  # 310 / 300
     assert "Prediction" in worklog.predictions(result)
     assert svg_bytes(worklog.steps_plot(result)).startswith(b"<?xml")
+
+
+def test_worklog_parts_split_the_steps_between_the_chapters():
+    result = fake_worklog()
+    triton, gluon = (worklog.BENCHMARK.views[f"table-{part}"](result) for part in ("triton", "gluon"))
+    assert "Chapter 5's kernel" in triton and "Rewrite in Gluon" not in triton
+    assert "Rewrite in Gluon" in gluon and "Chapter 5's kernel" not in gluon
+    assert "| Scale and subtract in one FMA |" in gluon  # the Gluon part starts from the last Triton step kept
+    deltas = worklog.BENCHMARK.views["deltas-gluon"](result)
+    assert deltas.startswith("- **Rewrite in Gluon: roles and overlap** (against *Scale and subtract in one FMA*)")
+    assert "Ping-pong" not in worklog.BENCHMARK.views["predictions-triton"](result)
+    assert worklog.BENCHMARK.views["predictions-gluon"](result).startswith(f"{worklog.GLUON_FROM}. **Rewrite in Gluon")
 
 
 def test_worklog_matmul_share_uses_last_kept_step():

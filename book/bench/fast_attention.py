@@ -1,4 +1,4 @@
-"""Chapter 7: the fast kernel, chapter 5's readable kernel and every SDPA backend that runs, in one run.
+"""Chapter 9: the fast kernel, chapter 5's readable kernel and every SDPA backend that runs, in one run.
 
 N from 1K to 16K, head dim 64 (32 heads) and 128 (16 heads), causal and non-causal, fp16 and bf16,
 16K tokens per batch. FLOPs 4*B*H*N*N*D, halved for causal. Each row records the ratio of the fast
@@ -206,8 +206,8 @@ def against_fa2(result: dict) -> str:
 
 BENCHMARK = Benchmark(
     name="fast_attention",
-    chapter="ch07",
-    title="Chapter 7: the fast kernel against every SDPA backend",
+    chapter="ch09",
+    title="Chapter 9: the fast kernel against every SDPA backend",
     sources=["kernels/flash_attention.py", "kernels/flash_attention_fast.py", "kernels/flash_attention_hopper.py",
              "kernels/hopper_schedule.py",
              "book/bench/fast_attention.py"],
