@@ -1,4 +1,4 @@
-"""Chapter 7's Gluon kernel compiles for Hopper with this machine's Triton, GPU or not.
+"""Chapter 9's Gluon kernel compiles for Hopper with this machine's Triton, GPU or not.
 
 Its results are tested on a GPU (tests/test_flash_attention_fast.py). Gluon's API changes between Triton
 releases and the interpreter cannot run Gluon, so here we compile the kernel for an H100 (compute

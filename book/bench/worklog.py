@@ -1,4 +1,4 @@
-"""The worklog of chapters 7 (Triton steps) and 9 (Gluon steps): one change per step, from chapter 5's readable kernel to the fast kernel.
+"""The worklog of chapters 7 (Triton steps) and 9 (Gluon steps): one change per step, to the fast kernel.
 
 Every step is timed in the same run, on the same inputs, next to the SDPA backends and a cuBLAS matmul,
 so each row can say what share of the fastest peer and of the matmul throughput it reaches. The
@@ -282,11 +282,12 @@ def step_deltas(result: dict, shown: range = range(len(STEPS))) -> str:
     return "\n".join(lines)
 
 
-def predictions(result: dict, shown: range = range(len(STEPS))) -> str:
-    """Each step's change (the `shown` steps) and the prediction written before it was measured."""
+def predictions(result: dict, shown: range = range(len(STEPS)), changes: bool = True) -> str:
+    """Each step's change (the `shown` steps; left out when `changes` is false, for a page whose prose says it)
+    and the prediction written before it was measured."""
     del result
-    return "\n".join(f"{i}. **{STEPS[i].title}.** {STEPS[i].change} *Prediction:* {STEPS[i].prediction}"
-                     for i in shown)
+    return "\n".join(f"{i}. **{STEPS[i].title}.** {STEPS[i].change + ' ' if changes else ''}"
+                     f"*Prediction:* {STEPS[i].prediction}" for i in shown)
 
 
 def steps_plot(result: dict):
@@ -324,5 +325,6 @@ BENCHMARK = Benchmark(
     views={"table": steps_table, "plot": steps_plot, "deltas": step_deltas, "predictions": predictions,
            "matmul-share": matmul_share,
            **{f"{view}-{part}": partial(fn, shown=shown) for part, shown in PARTS.items()
-              for view, fn in (("table", steps_table), ("deltas", step_deltas), ("predictions", predictions))}},
+              for view, fn in (("table", steps_table), ("deltas", step_deltas),
+                               ("predictions", partial(predictions, changes=False)))}},
 )
