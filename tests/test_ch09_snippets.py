@@ -28,14 +28,6 @@ def test_exp2_poly():
     assert "largest relative error on [-40, 0]: 7.5e-05" in fresh and "clamp -126.0" in fresh
 
 
-def test_odd_pairs():
-    stored, fresh = snippets.check("snippets/ch09/odd_pairs.py")
-    assert fresh == stored
-    assert "132 programs = 12 x 11" in fresh
-    busiest = [int(line.split("busiest program ")[1].split()[0]) for line in fresh.splitlines() if "busiest" in line]
-    assert busiest[1] < busiest[0]  # the middle blocks paired across heads unload the busiest program
-
-
 def test_last_round():
     stored, fresh = snippets.check("snippets/ch09/last_round.py")
     assert fresh == stored
