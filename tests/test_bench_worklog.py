@@ -71,6 +71,8 @@ def test_grid_views_targets_met():
     assert '!!! success "Target 2' in text and "Lowest: 0.95×" in text
     assert "| float16 | 64 | no | 1024 |" in fast_attention.table(result)
     assert "1.43× to 1.57×" in fast_attention.against_fa2(result)
+    assert fast_attention.margins(result).startswith("The 3 smallest ratios to the fastest backend at N ≥ 2048: ")
+    assert "Over all rows the smallest is float16 D=64 non-causal, N = 1024 (0.950×)" in fast_attention.margins(result)
     assert svg_bytes(fast_attention.plot(result)).startswith(b"<?xml")
 
 

@@ -22,12 +22,6 @@ def test_persistent_pairs():
     assert "busiest program 72 tiles, idlest 63" in fresh  # pairs: balanced up to one pair of 9 tiles
 
 
-def test_exp2_poly():
-    stored, fresh = snippets.check("snippets/ch09/exp2_poly.py")
-    assert fresh == stored
-    assert "largest relative error on [-40, 0]: 7.5e-05" in fresh and "clamp -126.0" in fresh
-
-
 def test_last_round():
     stored, fresh = snippets.check("snippets/ch09/last_round.py")
     assert fresh == stored
