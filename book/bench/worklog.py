@@ -286,7 +286,7 @@ def predictions(result: dict, shown: range = range(len(STEPS)), changes: bool = 
     """Each step's change (the `shown` steps; left out when `changes` is false, for a page whose prose says it)
     and the prediction written before it was measured."""
     del result
-    return "\n".join(f"{i}. **{STEPS[i].title}.** {STEPS[i].change + ' ' if changes else ''}"
+    return "\n".join(f"- **{i}. {STEPS[i].title}.** {STEPS[i].change + ' ' if changes else ''}"  # i as in the table
                      f"*Prediction:* {STEPS[i].prediction}" for i in shown)
 
 
