@@ -41,7 +41,7 @@ def test_worklog_parts_split_the_steps_between_the_chapters():
     assert deltas.startswith("- **Rewrite in Gluon: roles and overlap** (against *Scale and subtract in one FMA*)")
     assert "Ping-pong" not in worklog.BENCHMARK.views["predictions-triton"](result)
     gluon_predictions = worklog.BENCHMARK.views["predictions-gluon"](result)
-    first = f"- **{worklog.GLUON_FROM}. Rewrite in Gluon: roles and overlap.** *Prediction:*"  # numbered as in the table
+    first = f"- **{worklog.GLUON_FROM}. Rewrite in Gluon: roles and overlap.** *Prediction:*"  # as in the table
     assert gluon_predictions.startswith(first)
 
 
