@@ -2,8 +2,8 @@
 #   make serve   build the book and serve it on http://127.0.0.1:8000 (rebuilds on edits)
 #   make test    lint, run every test, and build the site with --strict
 # Writing the book (CONTRIBUTING.md):
-#   make chapter NAME="08-backward" TITLE="The backward pass"   start a chapter from templates/
-#   make check [GREP=ch08]                                      list what chapters still miss, with the fix
+#   make chapter NAME="10-backward" TITLE="The backward pass"   start a chapter from templates/
+#   make check [GREP=ch10]                                      list what chapters still miss, with the fix
 # On a GPU machine (maintainers; CONTRIBUTING.md, "After review: the GPU workflow"):
 #   make refresh               GPU tests, every benchmark, then the site built from the fresh numbers
 #   make refresh ONLY="ch03 ch05"   the same, benchmarking only the chapters (or benchmarks) named

@@ -1,12 +1,12 @@
 """python -m book.new_chapter NAME TITLE: start a chapter from the templates in templates/.
 
-    python -m book.new_chapter 08-backward "The backward pass"        (or: make chapter NAME=... TITLE=...)
+    python -m book.new_chapter 10-backward "The backward pass"        (or: make chapter NAME=... TITLE=...)
 
 creates
-    docs/chapters/08-backward.md        the page, with the standard sections (templates/chapter.md)
-    snippets/ch08/first_example.py      a first snippet the page shows (templates/first_example.py)
-    snippets/ch08/first_example.out     its stored output
-    tests/test_ch08_snippets.py         the test that runs it (templates/chapter_tests.py)
+    docs/chapters/10-backward.md        the page, with the standard sections (templates/chapter.md)
+    snippets/ch10/first_example.py      a first snippet the page shows (templates/first_example.py)
+    snippets/ch10/first_example.out     its stored output
+    tests/test_ch10_snippets.py         the test that runs it (templates/chapter_tests.py)
 and adds the page to the nav of mkdocs.yml, after the chapter before it (or in --section, made if new).
 It never overwrites a file.
 """
@@ -28,7 +28,7 @@ _NAV_ITEM = re.compile(r"^(?P<indent>\s*)- ")
 
 @dataclass(frozen=True)
 class Chapter:
-    name: str  # 08-backward
+    name: str  # 10-backward
     title: str  # The backward pass
 
     @property
@@ -36,7 +36,7 @@ class Chapter:
         return int(self.name[:2])
 
     @property
-    def code(self) -> str:  # ch08
+    def code(self) -> str:  # ch10
         return f"ch{self.name[:2]}"
 
     @property
@@ -128,7 +128,7 @@ def create(root: Path, name: str, title: str, section: str | None = None) -> lis
     """Make the chapter's files in the repository at root and add it to the nav; return what was written."""
     if not NAME.match(name):
         raise ChapterError(f'NAME must be two digits, a dash and lowercase words joined by dashes, like '
-                           f'"08-backward"; got {name!r}')
+                           f'"10-backward"; got {name!r}')
     if not title.strip():
         raise ChapterError('TITLE is empty; give the chapter\'s title, like TITLE="The backward pass"')
     chapter = Chapter(name, title.strip())
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m book.new_chapter", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("name", metavar="NAME", help='file name of the page without .md, like "08-backward"')
+    parser.add_argument("name", metavar="NAME", help='file name of the page without .md, like "10-backward"')
     parser.add_argument("title", metavar="TITLE", help='the chapter\'s title, like "The backward pass"')
     parser.add_argument("--section", help="the nav section to put it in (default: after the chapter before it)")
     parser.add_argument("--root", type=Path, default=ROOT, help="the repository (default: this one)")

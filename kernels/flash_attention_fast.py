@@ -1,4 +1,4 @@
-"""Chapter 7: the book's fast FlashAttention forward for Hopper GPUs.
+"""Chapters 7 and 9: the book's fast FlashAttention forward for Hopper GPUs.
 
 The same algorithm as chapter 5's readable kernel (FlashAttention-2 loop order, online softmax in base 2),
 with the changes chapter 7 measured one at a time. Each change is a compile-time switch, so the benchmark
@@ -9,12 +9,13 @@ can time every step of the worklog from one source:
 - USE_TMA: tiles of Q, K, V and O move through tensor descriptors, which Hopper's copy engine (TMA) serves.
 - LONGEST_FIRST: causal programs with the most tiles start first, so the last wave of the grid is short.
 - FUSED_SCALE: the softmax scale and the max subtraction become one fused multiply-add per score.
-- LAZY_RESCALE: the accumulator is rescaled only when a row's running max grows by more than 2^8.
+- LAZY_RESCALE: the accumulator is rescaled only when a row's running max grows by more than 8 in log2
+  units (a factor of 2^8 in the exponentials).
 - OVERLAP: the unmasked loop starts the next tile's scores before the current tile's softmax.
 - WARP_SPECIALIZE: Triton splits the loop into producer (loads) and consumer (math) warps.
-Chapter 7's table says which of them paid off; BEST_FEATURES turns those on.
+Chapter 7's worklog table says which of them paid off; BEST_FEATURES turns those on.
 
-The worklog's last step leaves Triton's scheduler behind: kernels/flash_attention_hopper.py writes the same
+The worklog's Gluon steps (chapter 9) leave Triton's scheduler behind: kernels/flash_attention_hopper.py writes the same
 forward pass in Gluon, with one warp copying tiles and two warpgroups computing (three at head dim 64 on
 long sequences). On Hopper GPUs `attention` runs that kernel; `gluon=False` (or any feature switch or
 pinned config) runs this file's.
@@ -43,7 +44,7 @@ LOG2_E = 1.4426950408889634
 FAST_DTYPES = (torch.float16, torch.bfloat16)
 FAST_HEAD_DIMS = (64, 128)
 SEQ_MULTIPLE = 128
-LAZY_THRESHOLD = 8.0  # in log2 units: skip the rescale while the max grew by less than 2^8
+LAZY_THRESHOLD = 8.0  # in log2 units: skip the rescale while the max grew by less than 8 (a factor of 2^8)
 
 
 class FallbackWarning(UserWarning):
@@ -69,7 +70,7 @@ def _softmax_step(acc, m_i, l_i, s, qk_scale, FUSED_SCALE: tl.constexpr, LAZY_RE
     """
     m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
     if LAZY_RESCALE:
-        # Keep the old max unless some row grew by more than 2^8: p stays below 256, which fp32
+        # Keep the old max unless some row grew by more than 8 (log2 units): p stays below 2^8 = 256, which fp32
         # sums and fp16/bf16 tiles hold easily, and most tiles skip the rescale of acc and l.
         if tl.max(m_new - m_i) > 8.0:
             alpha = tl.math.exp2(m_i - m_new)

@@ -1,4 +1,4 @@
-"""Chapter 7, last step: the forward pass in Gluon, with the warps given separate jobs.
+"""Chapter 9: the forward pass in Gluon, with the warps given separate jobs.
 
 Gluon is Triton's lower-level language (`triton.experimental.gluon`). A Triton kernel says what to compute
 on a tile and leaves the schedule to the compiler; a Gluon kernel also says how: which warps load and which
@@ -17,7 +17,7 @@ This file uses that control for three things the Triton kernel could not get on 
   the current one, and each output leaves through its own buffer while the next item starts. Which items
   a program takes is decided on the host (kernels/hopper_schedule.py) and read from a small table.
 
-PINGPONG (tried in chapter 7, off by default) makes two warpgroups take turns to start their products.
+PINGPONG (tried in chapter 9, off by default) makes two warpgroups take turns to start their products.
 EXP2_ON_FMA (tried, 0 by default) computes some of the exponentials with a polynomial on the FMA units.
 
 The algorithm is chapter 5's (FlashAttention-2 loop order, online softmax in base 2). The inputs are the
@@ -372,7 +372,7 @@ SCHEDULES = ("one_per_item", "in_pairs", "balanced")
 
 
 def warpgroups_for(head_dim: int, seq: int, causal: bool) -> int:
-    """How many computing warpgroups (64 query rows each) one program runs, as chapter 7 measured it.
+    """How many computing warpgroups (64 query rows each) one program runs, as chapter 9 measured it.
 
     Three pay off at head dim 64 on long enough sequences. On short ones the 192-row blocks waste work:
     the last block of a head is partly past its end, and causal blocks straddle the diagonal unevenly.
@@ -388,10 +388,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     """The Gluon kernel on inputs the fast path has already checked (see kernels.flash_attention_fast).
 
     `out`, if given, must be a contiguous tensor like q; the tests pass one filled with NaN. `pingpong`
-    turns on the turn-taking that chapter 7 tried and dropped; `schedule` says which items each program
+    turns on the turn-taking that chapter 9 tried and dropped; `schedule` says which items each program
     takes ("one_per_item", "in_pairs" or "balanced", see kernels/hopper_schedule.py), as the worklog's
     steps before and after the persistent grid did; `exp2_on_fma` (0, 1 or 2) moves that
-    many of every 4 exponentials to the FMA units, a step chapter 7 tried and dropped. `warpgroups` (2 or 3)
+    many of every 4 exponentials to the FMA units, a step chapter 9 tried and dropped. `warpgroups` (2 or 3)
     overrides the number of computing warpgroups that `warpgroups_for` picks.
     """
     if exp2_on_fma not in (0, 1, 2):  # the kernel would read 3 or 4 as 2

@@ -1,4 +1,4 @@
-"""Which work items each program of chapter 7's Gluon kernel takes, decided on the host in plain Python.
+"""Which work items each program of chapter 9's Gluon kernel takes, decided on the host in plain Python.
 
 An item is one block of query rows of one (batch, head): as many rows as the program has computing warpgroups,
 64 rows each. Items are numbered head by head, `item = head * blocks + block`. A schedule lists, for every

@@ -1,4 +1,4 @@
-"""Chapter 7's benchmark views, fed small fake results (no GPU needed)."""
+"""The benchmark views of chapters 7 and 9, fed small fake results (no GPU needed)."""
 
 import itertools
 
@@ -31,6 +31,20 @@ def test_worklog_views():
     assert svg_bytes(worklog.steps_plot(result)).startswith(b"<?xml")
 
 
+def test_worklog_parts_split_the_steps_between_the_chapters():
+    result = fake_worklog()
+    triton, gluon = (worklog.BENCHMARK.views[f"table-{part}"](result) for part in ("triton", "gluon"))
+    assert "Chapter 5's kernel" in triton and "Rewrite in Gluon" not in triton
+    assert "Rewrite in Gluon" in gluon and "Chapter 5's kernel" not in gluon
+    assert "| Scale and subtract in one FMA |" in gluon  # the Gluon part starts from the last Triton step kept
+    deltas = worklog.BENCHMARK.views["deltas-gluon"](result)
+    assert deltas.startswith("- **Rewrite in Gluon: roles and overlap** (against *Scale and subtract in one FMA*)")
+    assert "Ping-pong" not in worklog.BENCHMARK.views["predictions-triton"](result)
+    gluon_predictions = worklog.BENCHMARK.views["predictions-gluon"](result)
+    first = f"- **{worklog.GLUON_FROM}. Rewrite in Gluon: roles and overlap.** *Prediction:*"  # as in the table
+    assert gluon_predictions.startswith(first)
+
+
 def test_worklog_matmul_share_uses_last_kept_step():
     result = fake_worklog()
     kept = [s for s in worklog.STEPS if s.kept][-1]
@@ -58,6 +72,8 @@ def test_grid_views_targets_met():
     assert '!!! success "Target 2' in text and "Lowest: 0.95×" in text
     assert "| float16 | 64 | no | 1024 |" in fast_attention.table(result)
     assert "1.43× to 1.57×" in fast_attention.against_fa2(result)
+    assert fast_attention.margins(result).startswith("The 3 smallest ratios to the fastest backend at N ≥ 2048: ")
+    assert "Over all rows the smallest is float16 D=64 non-causal, N = 1024 (0.950×)" in fast_attention.margins(result)
     assert svg_bytes(fast_attention.plot(result)).startswith(b"<?xml")
 
 

@@ -1,4 +1,4 @@
-"""Chapter 7's Gluon kernel compiles for Hopper with this machine's Triton, GPU or not.
+"""Chapter 9's Gluon kernel compiles for Hopper with this machine's Triton, GPU or not.
 
 Its results are tested on a GPU (tests/test_flash_attention_fast.py). Gluon's API changes between Triton
 releases and the interpreter cannot run Gluon, so here we compile the kernel for an H100 (compute
@@ -59,3 +59,28 @@ def test_compiles_for_hopper(head_dim, warpgroups, causal):
     assert "wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx  # async products, overlapped
     assert "setmaxnreg" in ptx  # registers moved between the roles
     assert compiled["shared"] <= SHARED_MEMORY_PER_BLOCK
+
+
+def test_exp2_on_the_fma_units_is_accurate():
+    """The EXP2_ON_FMA switch (chapter 9, tried and dropped): 2^x = 2^i * 2^f, i = floor(x), a cubic for 2^f and
+    i added to the float's exponent bits. Read the constants back from the PTX and redo its arithmetic in numpy."""
+    import re
+    import struct
+
+    import numpy as np
+
+    from kernels import flash_attention_hopper as hopper
+
+    ptx = hopper._exp2_asm(1)  # 4 scores: 3 on the special-function units, 1 on the FMA units
+    assert ptx.count("ex2.approx.ftz.f32") == 3
+    clamp, c3, c2, c1, c0 = (struct.unpack("<f", bytes.fromhex(h)[::-1])[0]
+                             for h in re.findall(r"0f([0-9A-F]{8})", ptx))
+    x = np.concatenate([np.float32([-np.inf, -300.0]), -np.linspace(0, 40, 200_001, dtype=np.float32)])
+    xc = np.maximum(x, np.float32(clamp))  # -inf (a masked score) becomes -126
+    i = np.floor(xc)
+    f = xc - i
+    p = ((np.float32(c3) * f + np.float32(c2)) * f + np.float32(c1)) * f + np.float32(c0)
+    two_x = (p.view(np.int32) + (i.astype(np.int32) << 23)).view(np.float32)
+    assert clamp == -126.0 and np.all(two_x[:2] < 2e-38)  # nothing next to a row sum, which is at least 1
+    exact = np.exp2(x[2:].astype(np.float64))
+    assert np.max(np.abs(two_x[2:] - exact) / exact) < 1e-4

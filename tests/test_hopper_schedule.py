@@ -1,4 +1,4 @@
-"""The host-side schedules of chapter 7's Gluon kernel: plain Python, so they are tested on the CPU."""
+"""The host-side schedules of chapter 9's Gluon kernel: plain Python, so they are tested on the CPU."""
 
 import functools
 import random

@@ -255,7 +255,7 @@ def test_command_refuses_to_overwrite_or_a_bad_name(book):
     again = _new_chapter(root, NAME, TITLE)
     assert again.returncode == 2 and "already exists" in again.stderr
     bad = _new_chapter(root, "Backward Pass", TITLE)
-    assert bad.returncode == 2 and 'like "08-backward"' in bad.stderr
+    assert bad.returncode == 2 and 'like "10-backward"' in bad.stderr
 
 
 def test_nav_entry_goes_into_a_named_section():

@@ -1,4 +1,4 @@
-"""Chapter 7's worklog: one change per step, from chapter 5's readable kernel to the fast kernel.
+"""The worklog of chapters 7 (Triton steps) and 9 (Gluon steps): one change per step, to the fast kernel.
 
 Every step is timed in the same run, on the same inputs, next to the SDPA backends and a cuBLAS matmul,
 so each row can say what share of the fastest peer and of the matmul throughput it reaches. The
@@ -9,6 +9,7 @@ to the measured result.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from book import render
 from book.bench.flash_attention import BACKENDS, HEADS, TOKENS, _sdpa
@@ -67,11 +68,12 @@ STEPS = [
          "Causal slower by the share of time the mask takes, perhaps 10-30%; non-causal unchanged.",
          {**_KEPT, "SPLIT_DIAGONAL": False}, kept=False),
     Step("lazy", "Lazy rescaling (tried)", "Rescale the accumulator only when some row's max grew by more than "
-         "2^8 (a trick from FlashAttention-4).",
+         "8 in log2 units, a factor of 2^8 in the exponentials (a trick from FlashAttention-4).",
          "Fewer multiplies on the 128-wide accumulator, maybe 5%, if the branch is cheap.",
          {**_KEPT, "LAZY_RESCALE": True}, kept=False),
     Step("overlap", "Overlap QKᵀ with the softmax by hand (tried)", "Start the next tile's scores on the tensor "
-         "cores before the current tile's softmax, as FlashAttention-3 does between warp groups.",
+         "cores before the current tile's softmax, as FlashAttention-3 does inside each warpgroup (its "
+         "intra-warpgroup pipelining).",
          "Up to 10-20% if the compiler keeps both score tiles in registers and lets the dot run async.",
          {**_KEPT, "OVERLAP": True}, kept=False),
     Step("warpspec", "Warp specialization (tried)", "tl.range(..., warp_specialize=True): producer warps load, "
@@ -126,6 +128,9 @@ STEPS = [
          "128 non-causal, where the items are all equal and do not divide evenly either way.",
          {}, gluon={}),
 ]
+
+GLUON_FROM = next(i for i, step in enumerate(STEPS) if step.gluon is not None)  # chapter 9 starts here
+PARTS = {"triton": range(GLUON_FROM), "gluon": range(GLUON_FROM, len(STEPS))}  # steps shown in chapters 7 and 9
 
 
 def run(progress: Progress) -> list[dict]:
@@ -216,12 +221,15 @@ def _shape_label(d: int, causal: bool) -> str:
     return f"D={d} {'causal' if causal else 'non-causal'}"
 
 
-def steps_table(result: dict) -> str:
-    """One row per step: TFLOP/s per shape with the share of the fastest SDPA backend, then the peers."""
+def steps_table(result: dict, shown: range = range(len(STEPS))) -> str:
+    """One row per step (the `shown` ones; a part that starts after step 0 begins with the last step kept
+    before it, as its baseline): TFLOP/s per shape with the share of the fastest SDPA backend, then the peers."""
     by = {(r["step"], r["head_dim"], r["causal"]): r for r in result["rows"]}
     headers = ["#", "step", *(_shape_label(d, c) for d, c in SHAPES)]
     rows = []
-    for i, step in enumerate(STEPS):
+    baseline = [i for i in range(shown.start) if STEPS[i].kept][-1:]
+    for i in [*baseline, *shown]:
+        step = STEPS[i]
         label = step.title if step.kept else f"*{step.title}*"
         rows.append([i, label, *(_cell(by[(step.key, d, c)]) if (step.key, d, c) in by else "—" for d, c in SHAPES)])
     first = [r for r in result["rows"] if r["step"] == STEPS[0].key]
@@ -249,13 +257,13 @@ def matmul_share(result: dict) -> str:
             f"timed beside it: {', '.join(parts)}.")
 
 
-def step_deltas(result: dict) -> str:
-    """For each step, the measured change against the step before it (against the last kept step for
-    steps that were tried and dropped)."""
+def step_deltas(result: dict, shown: range = range(len(STEPS))) -> str:
+    """For each step (the `shown` ones), the measured change against the step before it (against the last
+    kept step for steps that were tried and dropped)."""
     by = {(r["step"], r["head_dim"], r["causal"]): r for r in result["rows"]}
     lines = []
     base = STEPS[0]
-    for step in STEPS[1:]:
+    for i, step in enumerate(STEPS[1:], start=1):
         parts = []
         for d, c in SHAPES:
             now, before = by.get((step.key, d, c)), by.get((base.key, d, c))
@@ -267,16 +275,19 @@ def step_deltas(result: dict) -> str:
                 parts.append(f"{_shape_label(d, c)} {now['tflops'] / before['tflops'] - 1:+.0%}")
         errors = {by[(step.key, d, c)]["error"] for d, c in SHAPES if (step.key, d, c) in by} - {None}
         why = f" Error: `{sorted(errors)[0]}`." if errors else ""
-        lines.append(f"- **{step.title}** (against *{base.title}*): {'; '.join(parts)}.{why}")
+        if i in shown:
+            lines.append(f"- **{step.title}** (against *{base.title}*): {'; '.join(parts)}.{why}")
         if step.kept:
             base = step
     return "\n".join(lines)
 
 
-def predictions(result: dict) -> str:
-    """Each step's change and the prediction written before it was measured."""
+def predictions(result: dict, shown: range = range(len(STEPS)), changes: bool = True) -> str:
+    """Each step's change (the `shown` steps; left out when `changes` is false, for a page whose prose says it)
+    and the prediction written before it was measured."""
     del result
-    return "\n".join(f"{i}. **{s.title}.** {s.change} *Prediction:* {s.prediction}" for i, s in enumerate(STEPS))
+    return "\n".join(f"- **{i}. {STEPS[i].title}.** {STEPS[i].change + ' ' if changes else ''}"  # i as in the table
+                     f"*Prediction:* {STEPS[i].prediction}" for i in shown)
 
 
 def steps_plot(result: dict):
@@ -306,11 +317,14 @@ def _last_kept() -> Step:
 BENCHMARK = Benchmark(
     name="worklog",
     chapter="ch07",
-    title="Chapter 7 worklog: one change per step",
+    title="Chapters 7 and 9 worklog: one change per step",
     sources=["kernels/flash_attention.py", "kernels/flash_attention_fast.py", "kernels/flash_attention_hopper.py",
              "kernels/hopper_schedule.py",
              "book/bench/worklog.py"],
     run=run,
     views={"table": steps_table, "plot": steps_plot, "deltas": step_deltas, "predictions": predictions,
-           "matmul-share": matmul_share},
+           "matmul-share": matmul_share,
+           **{f"{view}-{part}": partial(fn, shown=shown) for part, shown in PARTS.items()
+              for view, fn in (("table", steps_table), ("deltas", step_deltas),
+                               ("predictions", partial(predictions, changes=False)))}},
 )

@@ -7,7 +7,7 @@ rng = np.random.default_rng(1)
 scores = rng.normal(0, 3, size=64)
 scores[40] = 12.0  # one big jump late in the row
 values = rng.normal(size=(64, 4))
-THRESHOLD = 8.0 * np.log(2)  # 2^8 in natural-log units, as in the kernel
+THRESHOLD = 8.0 * np.log(2)  # the kernel's 8 in log2 units (a factor of 2^8), in natural-log units
 BLOCK = 8
 
 m_used, l, acc, rescales = -np.inf, 0.0, np.zeros(4), 0

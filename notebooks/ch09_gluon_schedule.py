@@ -1,10 +1,10 @@
 # %% [markdown]
-# # Chapter 7 notebook: fast on Hopper
+# # Chapter 9 notebook: writing the schedule yourself in Gluon
 #
-# The companion of chapter 7. The fast kernel is compiled for Hopper GPUs (H100): on any other machine this
+# The companion of chapter 9. The Gluon kernel runs only on Hopper GPUs (H100): on any other machine this
 # notebook says so and runs chapter 5's readable kernel instead, so every cell still runs.
 #
-# [Open in Colab](https://colab.research.google.com/github/flash-attention-book/flash-attention-book/blob/main/docs/notebooks/ch07_fast_on_hopper.ipynb)
+# [Open in Colab](https://colab.research.google.com/github/flash-attention-book/flash-attention-book/blob/main/docs/notebooks/ch09_gluon_schedule.ipynb)
 
 # %%
 # Setup: find the book's code (a lone copy of this notebook, as on Colab, fetches it) and import it.
@@ -29,16 +29,22 @@ print("device:", device, "| Triton interpreter:", interpreting())
 
 
 # %% [markdown]
+# ## Clocks per tile on each unit of an SM
+
+# %%
+run_snippet("ch09/tile_budget.py")
+
+# %% [markdown]
+# ## Balancing the last round of the persistent grid
+
+# %%
+run_snippet("ch09/last_round.py")
+
+# %% [markdown]
 # ## Which inputs take the fast path?
 
 # %%
-run_snippet("ch07/fast_path_rules.py")
-
-# %% [markdown]
-# ## What a time means: FLOPs of one forward pass
-
-# %%
-run_snippet("ch07/flop_count.py")
+run_snippet("ch09/fast_path_rules.py")
 
 # %% [markdown]
 # ## Run the fast kernel, or the readable one
@@ -57,7 +63,7 @@ n = 2048 if device == "cuda" else 128
 q, k, v = (torch.randn(1, 2, n, 64, device=device, dtype=torch.float16) for _ in range(3))
 reason = fast.fallback_reason(q, k, v)
 if reason is None:
-    print("Hopper GPU found: running chapter 7's fast kernel.")
+    print("Hopper GPU found: running chapter 9's Gluon kernel.")
     attention = fast.attention
 else:
     print(f"Note: the fast kernel cannot run here, because of {reason}.")

@@ -1,4 +1,4 @@
-# Which inputs take chapter 7's fast path? The rules look only at dtype, shapes and layout, so this
+# Which inputs take chapter 9's fast path? The rules look only at dtype, shapes and layout, so this
 # runs anywhere: "meta" tensors have a shape and a dtype but no data.
 import torch
 

@@ -6,7 +6,7 @@
 TENSOR_FLOPS_PER_CLOCK = 4096
 EXP2_PER_CLOCK = 16
 
-rows, keys = 64, 128  # one warpgroup's tile in chapter 7's Gluon kernel
+rows, keys = 64, 128  # one warpgroup's tile in chapter 9's Gluon kernel
 for d in (64, 128):
     matmul_flops = 2 * (2 * rows * keys * d)  # S = Q K^T and O += P V
     exps = rows * keys
