@@ -1,0 +1,446 @@
+"""Chapter 11: the fast backward (kernels/flash_attention_backward_fast.py), one change per step, against every SDPA
+backend in the same run.
+
+Three kinds of rows, all timing the backward alone: the forward runs once, outside the timer, and each timed call
+is autograd.grad (or the backward wrapper) on its saved graph, replayed from a CUDA graph in turns with the others
+(chapter 7's timer). FLOPs as in chapter 10: 2.5 times the forward's 4·B·H·N²·D, halved for causal.
+
+- "step": the worklog. fp16, N = 4096, 16K tokens per batch, head dim 64 (32 heads) and 128 (16 heads), causal
+  and not; chapter 10's readable backward, every step, and the SDPA backends.
+- "dq": the two ways to produce dQ (a second pass, or atomic adds) with every other switch as in the final kernel,
+  over N, fp16.
+- "speed": the final fast backward beside chapter 10's kernels and every SDPA backend over chapter 10's grid
+  (fp16 and bf16, N from 1K to 16K), the backward alone and the forward with the backward (a training step's
+  attention; the fast path's forward is chapter 9's kernel).
+Before timing, every implementation's gradients of the first (batch, head) are checked against float64 autograd.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from book import render
+from book.bench.backward import BACKENDS, BACKWARD_FLOPS, DTYPES, GRAD_RTOL, HEADS, SIZES, TOKENS, _plain
+from book.bench.registry import Benchmark, Progress
+from book.bench.timing import gpu_ms_interleaved, tflops
+
+N = 4096
+SHAPES = [(d, causal) for d in (64, 128) for causal in (False, True)]
+DQ_SIZES = [1024, 4096, 16384]
+STEP_BUDGET_MS = 5000  # GPU time per worklog column, over all its steps and peers
+TARGET_FROM = 2048
+TARGET_RATIO = 1.0  # fast backward / the fastest SDPA backend, N >= TARGET_FROM
+FLOOR_RATIO = 0.8
+NAMES = {"fast": "chapter 11's fast backward", "readable": "chapter 10's kernels", "sdpa_cudnn": "cuDNN",
+         "sdpa_flash": "FlashAttention-2", "sdpa_efficient": "memory-efficient"}
+
+
+@dataclass(frozen=True)
+class Step:
+    key: str
+    title: str
+    change: str
+    prediction: str
+    switches: dict[str, bool] | None = None  # None: chapter 10's readable kernels
+    pinned: bool = False  # True: chapter 10's tiles (64 x 64, 4 warps, 2 stages) instead of the autotuner
+    kept: bool = True  # False: tried, measured, and left out of the final kernel
+
+
+_OFF = {"TRANSPOSED": False, "SPLIT_DIAGONAL": False, "ATOMIC_DQ": False, "USE_TMA": False}
+
+STEPS = [
+    Step("readable", "Chapter 10's kernels", "The readable backward as chapter 10 ships it: masks on every load, "
+         "the head dim padded to a power of two, 64 x 64 tiles, every causal tile masked.", "The starting point."),
+    Step("specialize", "Specialize the shapes", "The same three kernels for head dim 64 or 128 and lengths that "
+         "are a multiple of 128 only: no load needs a mask, D and the base-2 logsumexp are computed once per row "
+         "in the first kernel; chapter 10's tiles.",
+         "A few percent at most: the masks cost a compare and a select per element loaded, next to five "
+         "matrix products per tile.", dict(_OFF), pinned=True),
+    Step("autotune", "Autotune tiles, warps, stages", "Let Triton time each kernel's tile shapes, warp counts "
+         "and pipeline depths: up to 128 keys per dK/dV program, with 8 warps at head dim 128.",
+         "10-25%: with 128 keys per program each Q and dO tile loaded serves twice as many keys, and 8 warps "
+         "give the tensor cores two warpgroups of work.", dict(_OFF)),
+    Step("transposed", "Keys as rows in the dK/dV kernel", "Compute Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, so that Pᵀ and "
+         "dSᵀ come out of the tensor cores in the layout of the first operand of dV += Pᵀ dO and dK += dSᵀ Q.",
+         "5-15%: two transposes of a register tile per step, each a round trip through shared memory, go away; "
+         "the dK/dV kernel is the larger of the two.", {**_OFF, "TRANSPOSED": True}),
+    Step("split", "Mask only the diagonal (causal)", "Causal only: each kernel runs the blocks on the diagonal "
+         "with the mask and the rest without, as chapter 6 did for the forward.",
+         "Causal 5-15% faster (the mask is a compare and a select on every score of every tile today); "
+         "non-causal unchanged.", {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True}),
+    Step("atomic", "dQ by atomic adds", "Drop the second kernel: the dK/dV kernel also computes each tile's share "
+         "of dQ (dS K) and adds it into an fp32 buffer with atomic adds; a small kernel scales and rounds it.",
+         "Five products per tile instead of seven, so up to 1.3x if the adds were free. They are not: every tile "
+         "sends BLOCK_M x D fp32 additions to L2, and programs of the same head collide on the same rows. A gain "
+         "of 0-15%, or a loss at head dim 128, where each tile sends twice as many.",
+         {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True, "ATOMIC_DQ": True}),
+    Step("tma", "Load tiles through TMA", "Tensor descriptors for every tile: Hopper's copy engine fetches them "
+         "into shared memory, and no thread computes addresses.",
+         "0-5%: the loads are already asynchronous copies that the pipeline hides; fewer address instructions.",
+         {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True, "ATOMIC_DQ": True, "USE_TMA": True}),
+]
+
+
+def _final_switches() -> dict[str, bool]:
+    return {**_OFF, **[s for s in STEPS if s.kept and s.switches is not None][-1].switches}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Measuring
+
+
+def _inputs(dtype_name: str, d: int, n: int):
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    heads, batch = HEADS[d], TOKENS // n
+    return [torch.randn(batch, heads, n, d, device="cuda", dtype=dtype) for _ in range(4)]
+
+
+def _sdpa(backend: str):
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def fn(q, k, v, causal):
+        with sdpa_kernel(getattr(SDPBackend, backend)):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return fn
+
+
+def _attentions() -> dict:
+    from kernels import flash_attention, flash_attention_backward_fast
+
+    return {"fast": lambda q, k, v, causal: flash_attention_backward_fast.attention(q, k, v, causal=causal),
+            "readable": lambda q, k, v, causal: flash_attention.attention(q, k, v, causal=causal),
+            **{name: _sdpa(backend) for name, backend in BACKENDS.items()}}
+
+
+def _expected(q, k, v, do, causal: bool):
+    """dq, dk, dv of the first (batch, head) by float64 autograd."""
+    import torch
+
+    exact = [t[:1, :1].detach().double().requires_grad_() for t in (q, k, v)]
+    return torch.autograd.grad(_plain(*exact, causal), exact, do[:1, :1].double())
+
+
+def _error(grads, expected) -> float:
+    return max(((g[:1, :1].double() - e).norm() / e.norm()).item() for g, e in zip(grads, expected, strict=True))
+
+
+def _autograd_backward(attn, q, k, v, do, causal: bool):
+    """The backward alone: the forward runs once here; each call of the returned function runs autograd.grad on
+    the saved graph. None if the implementation refuses these inputs."""
+    import torch
+
+    inputs = [t.detach().requires_grad_() for t in (q, k, v)]
+    try:
+        out = attn(*inputs, causal)
+    except RuntimeError as error:  # a pinned SDPA backend that does not take these inputs
+        if "out of memory" in str(error).lower():
+            raise
+        return None
+
+    def backward():
+        return torch.autograd.grad(out, inputs, do, retain_graph=True)
+    return backward
+
+
+def _autograd_step(attn, q, k, v, do, causal: bool):
+    import torch
+
+    inputs = [t.detach().requires_grad_() for t in (q, k, v)]
+    return lambda: torch.autograd.grad(attn(*inputs, causal), inputs, do)
+
+
+def _checked(fn, expected, dtype_name: str, label: str):
+    """Run fn once (compile, autotune) and check its gradients; raise if they are wrong."""
+    err = _error(fn(), expected)
+    if not err <= GRAD_RTOL[dtype_name]:
+        raise AssertionError(f"{label}: gradients wrong, relative error {err:.2e}")
+    return err
+
+
+def _step_fns(q, k, v, do, causal: bool):
+    """The worklog's steps as backward-only calls on the same saved forward (chapter 5's output and logsumexp)."""
+    from kernels import flash_attention, flash_attention_backward, flash_attention_backward_fast
+
+    out, lse = flash_attention.attention(q, k, v, causal=causal, return_lse=True)
+    pinned = {"dkdv_config": flash_attention_backward_fast.config(64, 64, 4, 2),
+              "dq_config": flash_attention_backward_fast.config(64, 64, 4, 2)}
+    fns = {}
+    for step in STEPS:
+        if step.switches is None:
+            fns[step.key] = lambda: flash_attention_backward.attention_backward(do, q, k, v, out, lse, causal=causal)
+        else:
+            fns[step.key] = (lambda step=step: flash_attention_backward_fast.attention_backward(
+                do, q, k, v, out, lse, causal=causal, **(pinned if step.pinned else {}), **step.switches))
+    return fns
+
+
+def _measure_steps(d: int, causal: bool, progress: Progress) -> list[dict]:
+    import torch
+
+    q, k, v, do = _inputs("float16", d, N)
+    batch, heads = q.shape[:2]
+    flops = BACKWARD_FLOPS * 4 * batch * heads * N * N * d * (0.5 if causal else 1.0)
+    expected = _expected(q, k, v, do, causal)
+    rows, fns = {}, {}
+    for key, fn in _step_fns(q, k, v, do, causal).items():
+        rows[key] = {"kind": "step", "step": key, "head_dim": d, "causal": causal, "N": N, "error": None}
+        try:
+            rows[key]["grad_err"] = _checked(fn, expected, "float16", key)
+            fns[key] = fn
+        except Exception as error:  # noqa: BLE001 - a step that fails is a result too
+            rows[key]["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
+    peers = {}
+    for name in BACKENDS:
+        fn = _autograd_backward(_attentions()[name], q, k, v, do, causal)
+        if fn is not None:
+            _checked(fn, expected, "float16", name)
+            peers[name] = fn
+    torch.cuda.synchronize()
+    times = gpu_ms_interleaved({**fns, **peers}, budget_ms=STEP_BUDGET_MS)
+    peer_tflops = {name: tflops(flops, times.get(name)) for name in BACKENDS}
+    best = max((t for t in peer_tflops.values() if t is not None), default=None)
+    for key, row in rows.items():
+        row.update(peer_tflops, tflops=tflops(flops, times.get(key)))
+        row["share_of_best_peer"] = row["tflops"] / best if row["tflops"] and best else None
+        progress(f"step d={d} causal={causal} {key:>10}: "
+                 + (f"{row['tflops']:.0f} TFLOP/s" if row["tflops"] else row["error"]))
+    return list(rows.values())
+
+
+def _measure_dq(d: int, causal: bool, n: int, progress: Progress) -> dict:
+    import torch
+
+    from kernels import flash_attention_backward_fast as fast
+    from kernels import flash_attention_fast
+
+    q, k, v, do = _inputs("float16", d, n)
+    batch, heads = q.shape[:2]
+    flops = BACKWARD_FLOPS * 4 * batch * heads * n * n * d * (0.5 if causal else 1.0)
+    expected = _expected(q, k, v, do, causal)
+    out, lse = flash_attention_fast.attention(q, k, v, causal=causal, return_lse=True)
+    fns = {}
+    for atomic in (False, True):
+        fn = (lambda atomic=atomic: fast.attention_backward(do, q, k, v, out, lse, causal=causal,
+                                                            **{**_final_switches(), "ATOMIC_DQ": atomic}))
+        _checked(fn, expected, "float16", f"ATOMIC_DQ={atomic}")
+        fns["atomic" if atomic else "second_pass"] = fn
+    torch.cuda.synchronize()
+    times = gpu_ms_interleaved(fns)
+    row = {"kind": "dq", "head_dim": d, "causal": causal, "N": n,
+           **{f"{name}_backward": tflops(flops, times[name]) for name in fns}}
+    progress(f"dq d={d} causal={causal} N={n}: second pass {row['second_pass_backward']:.0f}, atomic adds "
+             f"{row['atomic_backward']:.0f} TFLOP/s")
+    return row
+
+
+def _measure_speed(dtype_name: str, d: int, causal: bool, n: int, progress: Progress) -> dict:
+    import torch
+
+    q, k, v, do = _inputs(dtype_name, d, n)
+    batch, heads = q.shape[:2]
+    forward_flops = 4 * batch * heads * n * n * d * (0.5 if causal else 1.0)
+    expected = _expected(q, k, v, do, causal)
+    row = {"kind": "speed", "dtype": dtype_name, "head_dim": d, "causal": causal, "N": n}
+    fns = {}
+    for name, attn in _attentions().items():
+        backward = _autograd_backward(attn, q, k, v, do, causal)
+        row[f"{name}_grad_err"] = None
+        if backward is None:
+            continue
+        row[f"{name}_grad_err"] = _checked(backward, expected, dtype_name, name)
+        step = _autograd_step(attn, q, k, v, do, causal)
+        step()
+        fns[f"{name}:backward"], fns[f"{name}:step"] = backward, step
+    torch.cuda.synchronize()
+    times = gpu_ms_interleaved(fns)
+    for name in _attentions():
+        row[f"{name}_backward"] = tflops(BACKWARD_FLOPS * forward_flops, times.get(f"{name}:backward"))
+        row[f"{name}_step"] = tflops((1 + BACKWARD_FLOPS) * forward_flops, times.get(f"{name}:step"))
+    peers = ", ".join(f"{NAMES[p]} {row[f'{p}_backward']:.0f}" for p in BACKENDS if row[f"{p}_backward"])
+    progress(f"{dtype_name} d={d} causal={causal} N={n}: fast {row['fast_backward']:.0f}, readable "
+             f"{row['readable_backward']:.0f}; {peers} TFLOP/s (backward)")
+    return row
+
+
+def run(progress: Progress) -> list[dict]:
+    rows = []
+    for d, causal in SHAPES:
+        rows += _measure_steps(d, causal, progress)
+    for d, causal in SHAPES:
+        for n in DQ_SIZES:
+            rows.append(_measure_dq(d, causal, n, progress))
+    for dtype in DTYPES:
+        for d, causal in SHAPES:
+            for n in SIZES:
+                rows.append(_measure_speed(dtype, d, causal, n, progress))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------
+# Views
+
+
+def _label(d: int, causal: bool) -> str:
+    return f"D={d} {'causal' if causal else 'non-causal'}"
+
+
+def _rows(result: dict, kind: str) -> list[dict]:
+    return [r for r in result["rows"] if r["kind"] == kind]
+
+
+def steps_table(result: dict) -> str:
+    """One row per step: backward TFLOP/s per shape, with the share of the fastest SDPA backend; then the peers."""
+    by = {(r["step"], r["head_dim"], r["causal"]): r for r in _rows(result, "step")}
+    body = []
+    for i, step in enumerate(STEPS):
+        cells = []
+        for d, c in SHAPES:
+            row = by.get((step.key, d, c))
+            cells.append("did not run" if row is None or row["tflops"] is None
+                         else f"{row['tflops']:.0f} ({row['share_of_best_peer']:.2f}×)")
+        body.append([i, step.title if step.kept else f"*{step.title}*", *cells])
+    first = {(r["head_dim"], r["causal"]): r for r in _rows(result, "step") if r["step"] == STEPS[0].key}
+    for name in ("sdpa_cudnn", "sdpa_flash", "sdpa_efficient"):
+        body.append(["", f"SDPA {NAMES[name]}", *(first[s][name] if s in first else None for s in SHAPES)])
+    return render.table(["#", "step", *(_label(d, c) for d, c in SHAPES)], body) + (
+        f"\n\nBackward TFLOP/s at N = {N:,}, fp16, {TOKENS:,} tokens per batch; in brackets the share of the "
+        "fastest SDPA backend timed in the same turns. Steps in italics were tried and left out of the final kernel.")
+
+
+def step_deltas(result: dict) -> str:
+    """Each step's measured change against the last kept step before it."""
+    by = {(r["step"], r["head_dim"], r["causal"]): r for r in _rows(result, "step")}
+    lines, base = [], STEPS[0]
+    for step in STEPS[1:]:
+        parts = []
+        for d, c in SHAPES:
+            now, before = by.get((step.key, d, c)), by.get((base.key, d, c))
+            if now is None or now["tflops"] is None:
+                parts.append(f"{_label(d, c)}: did not run ({now['error'] if now else 'not measured'})")
+            else:
+                parts.append(f"{_label(d, c)} {now['tflops'] / before['tflops'] - 1:+.0%}")
+        lines.append(f"- **{step.title}** (against *{base.title}*): {'; '.join(parts)}.")
+        if step.kept:
+            base = step
+    return "\n".join(lines)
+
+
+def predictions(result: dict) -> str:
+    """Each step's change and the prediction written before it was first measured."""
+    del result
+    return "\n".join(f"- **{i}. {s.title}.** {s.change} *Prediction:* {s.prediction}"
+                     for i, s in enumerate(STEPS) if i)
+
+
+def dq_table(result: dict) -> str:
+    """A second pass against atomic adds for dQ, over N."""
+    body = [[r["head_dim"], "yes" if r["causal"] else "no", f"{r['N']:,}", r["second_pass_backward"],
+             r["atomic_backward"], f"{r['atomic_backward'] / r['second_pass_backward']:.2f}×"]
+            for r in _rows(result, "dq")]
+    return render.table(["D", "causal", "N", "second pass", "atomic adds", "atomic / second pass"], body) + (
+        "\n\nBackward TFLOP/s, fp16, every other switch as in the final kernel; the two timed in turns.")
+
+
+def table(result: dict) -> str:
+    """Backward TFLOP/s over the grid: the fast backward, chapter 10's kernels and every SDPA backend."""
+    body = []
+    for r in _rows(result, "speed"):
+        peers = [r[f"{p}_backward"] for p in BACKENDS if r[f"{p}_backward"]]
+        body.append([r["dtype"], r["head_dim"], "yes" if r["causal"] else "no", f"{r['N']:,}", r["fast_backward"],
+                     r["readable_backward"], r["sdpa_cudnn_backward"], r["sdpa_flash_backward"],
+                     r["sdpa_efficient_backward"], f"{r['fast_backward'] / max(peers):.2f}×"])
+    return render.table(["dtype", "D", "causal", "N", "fast", "ch. 10", "cuDNN", "FA2", "mem-eff.",
+                         "fast / best SDPA"], body) + (
+        "\n\nBackward TFLOP/s (2.5 times the forward's FLOPs over the time of the backward alone); — means the "
+        "backend refused these inputs.")
+
+
+def step_table(result: dict) -> str:
+    """Forward-and-backward TFLOP/s over the grid: a training step's attention."""
+    body = []
+    for r in _rows(result, "speed"):
+        peers = [r[f"{p}_step"] for p in BACKENDS if r[f"{p}_step"]]
+        body.append([r["dtype"], r["head_dim"], "yes" if r["causal"] else "no", f"{r['N']:,}", r["fast_step"],
+                     r["readable_step"], r["sdpa_cudnn_step"], r["sdpa_flash_step"], r["sdpa_efficient_step"],
+                     f"{r['fast_step'] / max(peers):.2f}×"])
+    return render.table(["dtype", "D", "causal", "N", "fast", "ch. 10", "cuDNN", "FA2", "mem-eff.",
+                         "fast / best SDPA"], body) + (
+        "\n\nForward and backward TFLOP/s (3.5 times the forward's FLOPs over the step's time); the fast column's "
+        "forward is chapter 9's kernel.")
+
+
+def targets(result: dict) -> str:
+    """Where the fast backward meets its targets against the fastest SDPA backend, and where not."""
+    ratios = {}
+    for r in _rows(result, "speed"):
+        peers = {p: r[f"{p}_backward"] for p in BACKENDS if r[f"{p}_backward"]}
+        if r["N"] >= TARGET_FROM and r["fast_backward"] and peers:
+            ratios[(r["dtype"], r["head_dim"], r["causal"], r["N"])] = r["fast_backward"] / max(peers.values())
+    met = sum(ratio >= TARGET_RATIO for ratio in ratios.values())
+    floor = sum(ratio >= FLOOR_RATIO for ratio in ratios.values())
+    dtype, d, causal, n = min(ratios, key=ratios.get)
+    best_key = max(ratios, key=ratios.get)
+    return (f"From N = {TARGET_FROM:,} on, the fast backward is at or above the fastest SDPA backend in {met} of "
+            f"{len(ratios)} rows, and at or above {FLOOR_RATIO:.1f}× of it in {floor}. Its ratio runs from "
+            f"{min(ratios.values()):.2f} ({dtype} D = {d} {'causal' if causal else 'non-causal'} N = {n:,}) to "
+            f"{max(ratios.values()):.2f} ({best_key[0]} D = {best_key[1]} "
+            f"{'causal' if best_key[2] else 'non-causal'} N = {best_key[3]:,}).")
+
+
+def versus_readable(result: dict) -> str:
+    """The fast backward against chapter 10's kernels, over the whole grid."""
+    ratios = [r["fast_backward"] / r["readable_backward"] for r in _rows(result, "speed")
+              if r["fast_backward"] and r["readable_backward"]]
+    return (f"Against chapter 10's kernels, measured in the same turns, the fast backward is "
+            f"{min(ratios):.2f}× to {max(ratios):.2f}× as fast over all {len(ratios)} rows.")
+
+
+def checks(result: dict) -> str:
+    """The largest relative error of the first head's gradients against float64, per implementation and dtype."""
+    body = []
+    for dtype in DTYPES:
+        rows = [r for r in _rows(result, "speed") if r["dtype"] == dtype]
+        worst = [max((r[f"{n}_grad_err"] for r in rows if r.get(f"{n}_grad_err") is not None), default=None)
+                 for n in NAMES]
+        body.append([dtype, *[None if w is None else f"{w:.1e}" for w in worst], f"{GRAD_RTOL[dtype]:.0e}"])
+    return render.table(["dtype", *NAMES.values(), "allowed"], body)
+
+
+def plot(result: dict):
+    """Backward TFLOP/s against N, bf16, one panel per head dim and causal setting."""
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in _rows(result, "speed") if r["dtype"] == "bfloat16"]
+    fig, axes = plt.subplots(1, len(SHAPES), figsize=(11.0, 3.6), sharey=True, squeeze=False)
+    for ax, (d, causal) in zip(axes[0], SHAPES, strict=True):
+        chosen = sorted((r for r in rows if r["head_dim"] == d and r["causal"] == causal), key=lambda r: r["N"])
+        for i, name in enumerate(NAMES):
+            points = [(r["N"], r[f"{name}_backward"]) for r in chosen if r[f"{name}_backward"] is not None]
+            if points:
+                ax.plot(*zip(*points, strict=True), marker="osD^v"[i], markersize=4, label=NAMES[name])
+        ax.set_xscale("log", base=2)
+        ax.set_title(_label(d, causal), fontsize=9)
+        ax.set_xlabel("N")
+    axes[0][0].set_ylabel("backward TFLOP/s (bf16)")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+BENCHMARK = Benchmark(
+    name="backward_fast",
+    chapter="ch11",
+    title="Chapter 11: the fast backward, step by step, against every SDPA backend",
+    sources=["kernels/flash_attention.py", "kernels/flash_attention_backward.py",
+             "kernels/flash_attention_backward_fast.py", "kernels/flash_attention_fast.py",
+             "kernels/flash_attention_hopper.py", "kernels/hopper_schedule.py", "book/bench/backward.py",
+             "book/bench/backward_fast.py"],
+    run=run,
+    views={"steps": steps_table, "deltas": step_deltas, "predictions": predictions, "dq": dq_table,
+           "table": table, "step-table": step_table, "targets": targets, "versus-readable": versus_readable,
+           "checks": checks, "plot": plot},
+    awaiting_gpu="issue 20: the fast backward's first GPU run",
+)

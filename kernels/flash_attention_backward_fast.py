@@ -1,0 +1,361 @@
+"""Chapter 11: the book's fast FlashAttention backward for Hopper GPUs, built one change at a time.
+
+The same math as chapter 10's readable backward (kernels/flash_attention_backward.py): D = rowsum(dO ∘ O) first,
+then P rebuilt tile by tile from Q, K and the forward's logsumexp. Each change chapter 11 measured is a
+compile-time switch, so the benchmark times every step of the worklog from this one source:
+
+- TRANSPOSED: the dK/dV kernel computes Sᵀ = K Qᵀ, with keys as rows. Pᵀ and dSᵀ, the first operands of the
+  dV and dK products, then come out of the tensor cores in the layout those products take, and no tile is
+  transposed in registers.
+- SPLIT_DIAGONAL: causal attention masks only the tiles on the diagonal (chapter 6, seen from both kernels).
+- ATOMIC_DQ: the dK/dV kernel also computes each tile's share of dQ and adds it into an fp32 buffer with
+  atomic adds, so the second kernel, and the two products per tile it repeats, go away.
+- USE_TMA: tiles of Q, K, V, dO, dK and dV move through tensor descriptors (Hopper's copy engine).
+Chapter 11's worklog table says which of them paid off; BEST_FEATURES turns those on.
+
+The fast path takes what the fast forward takes: fp16 or bf16, head dim 64 or 128, equal query and key lengths
+that are a multiple of 128, contiguous tensors. Anything else goes to chapter 10's readable backward, with a
+FallbackWarning that says why. `attention` is the differentiable fast path: chapter 9's forward, this backward.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+import kernels
+from kernels import flash_attention as readable_forward
+from kernels import flash_attention_backward as readable
+from kernels import flash_attention_fast as fast_forward
+from kernels.flash_attention_fast import FallbackWarning
+from kernels.validate import check_same_device, check_same_dtype, softmax_scale
+
+LOG2_E = 1.4426950408889634
+
+
+# --8<-- [start:preprocess]
+@triton.jit
+def _preprocess(O, DO, Lse, Delta, Lse2, DQ_ACC, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+                ZERO_DQ: tl.constexpr):
+    """For BLOCK rows of the 2-D (rows, head_dim) view: D = rowsum(dO ∘ O) in fp32, the logsumexp in base 2,
+    and (ATOMIC_DQ) zeros in the fp32 buffer that the dK/dV kernel adds dQ into."""
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offs_d = tl.arange(0, HEAD_DIM)
+    o = tl.load(O + rows[:, None] * HEAD_DIM + offs_d[None, :]).to(tl.float32)
+    do = tl.load(DO + rows[:, None] * HEAD_DIM + offs_d[None, :]).to(tl.float32)
+    tl.store(Delta + rows, tl.sum(o * do, 1))
+    tl.store(Lse2 + rows, tl.load(Lse + rows) * 1.4426950408889634)
+    if ZERO_DQ:
+        tl.store(DQ_ACC + rows[:, None] * HEAD_DIM + offs_d[None, :], tl.zeros([BLOCK, HEAD_DIM], tl.float32))
+# --8<-- [end:preprocess]
+
+
+@triton.jit
+def _load_tile(src, row, offs_rows, offs_d, HEAD_DIM: tl.constexpr, USE_TMA: tl.constexpr):
+    """One (rows, head_dim) tile starting at 2-D row `row`: through the tensor descriptor, or with pointers."""
+    if USE_TMA:
+        tile = src.load([row, 0])
+    else:
+        tile = tl.load(src + (row + offs_rows)[:, None] * HEAD_DIM + offs_d[None, :])
+    return tile
+
+
+@triton.jit
+def _store_tile(dst, row, tile, offs_rows, offs_d, HEAD_DIM: tl.constexpr, USE_TMA: tl.constexpr):
+    if USE_TMA:
+        dst.store([row, 0], tile)
+    else:
+        tl.store(dst + (row + offs_rows)[:, None] * HEAD_DIM + offs_d[None, :], tile)
+
+
+# --8<-- [start:dkdv-step]
+@triton.jit
+def _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, start_m, offs_n, offs_d,
+               qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
+               TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr):
+    """Fold one Q block (rows start_m ... start_m + BLOCK_M) into this program's dK and dV accumulators.
+
+    MASKED: the block lies on the diagonal, and keys after a query get P = 0. offs_n are the program's keys.
+    """
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    q = _load_tile(q_src, row0 + start_m, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA)
+    do = _load_tile(do_src, row0 + start_m, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA)
+    lse2 = tl.load(lse2_ptr + row0 + offs_m)
+    delta = tl.load(delta_ptr + row0 + offs_m)
+    if TRANSPOSED:  # tiles are (keys, queries): Pᵀ and dSᵀ are born as the first operands of dV and dK
+        p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse2[None, :])
+        if MASKED:
+            p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
+        dv = tl.dot(p_t.to(do.dtype), do, dv)  # dV += Pᵀ dO
+        ds_t = (p_t * (tl.dot(v, tl.trans(do)) - delta[None, :])).to(q.dtype)  # dSᵀ = Pᵀ ∘ (dPᵀ − D)
+        dk = tl.dot(ds_t, q, dk)  # dK += dSᵀ Q
+        ds = tl.trans(ds_t)
+    else:  # tiles are (queries, keys), as in chapter 10
+        p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None])
+        if MASKED:
+            p = tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0)
+        dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
+        ds = (p * (tl.dot(do, tl.trans(v)) - delta[:, None])).to(q.dtype)
+        dk = tl.dot(tl.trans(ds), q, dk)
+    if ATOMIC_DQ:  # this tile's share of dQ = dS K, added into the fp32 buffer (scaled once, at the end)
+        tl.atomic_add(dq_acc + (row0 + offs_m)[:, None] * HEAD_DIM + offs_d[None, :], tl.dot(ds, k),
+                      sem="relaxed")
+    return dk, dv
+# --8<-- [end:dkdv-step]
+
+
+# --8<-- [start:dkdv]
+@triton.jit
+def _dkdv_kernel(q_src, k_src, v_src, do_src, dk_dst, dv_dst, dq_acc, lse2_ptr, delta_ptr, sm_scale, qk_scale,
+                 N, N_BUCKET, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 CAUSAL: tl.constexpr, SPLIT_DIAGONAL: tl.constexpr, TRANSPOSED: tl.constexpr,
+                 ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr):
+    # One program per (K/V block, batch*head); the tensors are seen as 2-D (batch*heads*seq, head_dim).
+    start_n = tl.program_id(0) * BLOCK_N
+    row0 = tl.program_id(1) * N  # first row of this head
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    k = _load_tile(k_src, row0 + start_n, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
+    v = _load_tile(v_src, row0 + start_n, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    lo = 0
+    if CAUSAL:  # queries before start_n see none of these keys; the blocks up to start_n + BLOCK_N need the mask
+        diagonal_end = N
+        if SPLIT_DIAGONAL:
+            diagonal_end = start_n + BLOCK_N
+        for start_m in range(start_n, diagonal_end, BLOCK_M):
+            dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, start_m, offs_n,
+                                offs_d, qk_scale, HEAD_DIM, BLOCK_M, True, TRANSPOSED, ATOMIC_DQ, USE_TMA)
+        lo = diagonal_end
+    for start_m in range(lo, N, BLOCK_M):  # blocks that see every key of this program: no mask
+        dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, start_m, offs_n,
+                            offs_d, qk_scale, HEAD_DIM, BLOCK_M, False, TRANSPOSED, ATOMIC_DQ, USE_TMA)
+    _store_tile(dk_dst, row0 + start_n, (dk * sm_scale).to(k.dtype), tl.arange(0, BLOCK_N), offs_d, HEAD_DIM,
+                USE_TMA)
+    _store_tile(dv_dst, row0 + start_n, dv.to(v.dtype), tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
+# --8<-- [end:dkdv]
+
+
+# --8<-- [start:dq]
+@triton.jit
+def _dq_loop(dq, q, do, lse2, delta, k_src, v_src, row0, offs_m, offs_d, lo, hi, qk_scale,
+             HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, USE_TMA: tl.constexpr):
+    """Fold the K/V blocks [lo, hi) into one Q block's dQ accumulator (chapter 10's second pass)."""
+    for start_n in range(lo, hi, BLOCK_N):
+        k = _load_tile(k_src, row0 + start_n, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
+        v = _load_tile(v_src, row0 + start_n, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
+        p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None])
+        if MASKED:
+            p = tl.where(offs_m[:, None] >= (start_n + tl.arange(0, BLOCK_N))[None, :], p, 0.0)
+        ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
+        dq = tl.dot(ds.to(k.dtype), k, dq)
+    return dq
+
+
+@triton.jit
+def _dq_kernel(q_src, k_src, v_src, do_src, dq_dst, lse2_ptr, delta_ptr, sm_scale, qk_scale, N, N_BUCKET,
+               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+               SPLIT_DIAGONAL: tl.constexpr, USE_TMA: tl.constexpr):
+    # One program per (Q block, batch*head).
+    start_m = tl.program_id(0) * BLOCK_M
+    row0 = tl.program_id(1) * N
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = _load_tile(q_src, row0 + start_m, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA)
+    do = _load_tile(do_src, row0 + start_m, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA)
+    lse2 = tl.load(lse2_ptr + row0 + offs_m)
+    delta = tl.load(delta_ptr + row0 + offs_m)
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    if CAUSAL:
+        if SPLIT_DIAGONAL:  # keys before start_m are seen by every row; only the diagonal block needs the mask
+            dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, row0, offs_m, offs_d, 0, start_m, qk_scale,
+                          HEAD_DIM, BLOCK_N, False, USE_TMA)
+            dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, row0, offs_m, offs_d, start_m, start_m + BLOCK_M,
+                          qk_scale, HEAD_DIM, BLOCK_N, True, USE_TMA)
+        else:
+            dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, row0, offs_m, offs_d, 0, start_m + BLOCK_M,
+                          qk_scale, HEAD_DIM, BLOCK_N, True, USE_TMA)
+    else:
+        dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, row0, offs_m, offs_d, 0, N, qk_scale, HEAD_DIM,
+                      BLOCK_N, False, USE_TMA)
+    _store_tile(dq_dst, row0 + start_m, (dq * sm_scale).to(q.dtype), tl.arange(0, BLOCK_M), offs_d, HEAD_DIM,
+                USE_TMA)
+# --8<-- [end:dq]
+
+
+@triton.jit
+def _dq_from_buffer(DQ_ACC, DQ, sm_scale, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+    """ATOMIC_DQ: dQ = scale · (the fp32 sums of dS K), rounded to the inputs' dtype."""
+    offs = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK))[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+    tl.store(DQ + offs, (tl.load(DQ_ACC + offs) * sm_scale).to(DQ.dtype.element_ty))
+
+
+# The switches of the final kernel: every step of chapter 11's worklog that paid off.
+BEST_FEATURES = {"TRANSPOSED": True, "SPLIT_DIAGONAL": True, "ATOMIC_DQ": False, "USE_TMA": False}
+PREPROCESS_ROWS = 128
+
+
+# --8<-- [start:configs]
+def _set_block_shapes(nargs):
+    """Tensor descriptors carry their block shape; set it to the configuration being tried."""
+    if isinstance(nargs["q_src"], TensorDescriptor):
+        rows = {"q_src": "BLOCK_M", "do_src": "BLOCK_M", "k_src": "BLOCK_N", "v_src": "BLOCK_N",
+                "dk_dst": "BLOCK_N", "dv_dst": "BLOCK_N", "dq_dst": "BLOCK_M"}
+        for name, block in rows.items():
+            if name in nargs:
+                nargs[name].block_shape = [nargs[block], nargs["HEAD_DIM"]]
+
+
+def config(block_m: int, block_n: int, warps: int, stages: int) -> triton.Config:
+    return triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=warps, num_stages=stages,
+                         pre_hook=_set_block_shapes)
+
+
+# dK/dV: a program keeps BLOCK_N keys (their K, V, dK and dV) and streams Q blocks of BLOCK_M rows past them.
+DKDV_CONFIGS = [config(64, 128, 8, 2), config(32, 128, 8, 3), config(32, 128, 4, 3), config(64, 128, 4, 2),
+                config(64, 64, 4, 3)]
+# dQ: a program keeps BLOCK_M queries (their Q, dO and dQ) and streams K/V blocks of BLOCK_N keys past them.
+DQ_CONFIGS = [config(128, 64, 8, 2), config(128, 32, 4, 3), config(64, 64, 4, 3)]
+
+
+def _prune_dkdv(configs, named_args, **kwargs):
+    meta = {**named_args, **kwargs}
+    if meta["HEAD_DIM"] == 128:  # 128 keys' dK and dV accumulators (2 x 128 x 128 fp32) need 8 warps' registers
+        configs = [c for c in configs if c.kwargs["BLOCK_N"] == 64 or c.num_warps == 8]
+    if meta["CAUSAL"]:  # the diagonal of a K/V block is a whole number of Q blocks
+        configs = [c for c in configs if c.kwargs["BLOCK_N"] % c.kwargs["BLOCK_M"] == 0]
+    return configs
+
+
+def _prune_dq(configs, named_args, **kwargs):
+    meta = {**named_args, **kwargs}
+    if meta["CAUSAL"]:  # the diagonal of a Q block is a whole number of K/V blocks
+        configs = [c for c in configs if c.kwargs["BLOCK_M"] % c.kwargs["BLOCK_N"] == 0]
+    return configs
+
+
+# Tuned once per head dim, causal setting, switches and power-of-two bucket of N, not per exact length.
+_dkdv_tuned = triton.autotune(configs=DKDV_CONFIGS, key=["N_BUCKET", "HEAD_DIM", "CAUSAL", *BEST_FEATURES],
+                              prune_configs_by={"early_config_prune": _prune_dkdv},
+                              reset_to_zero=["dq_acc"])(_dkdv_kernel)
+_dq_tuned = triton.autotune(configs=DQ_CONFIGS, key=["N_BUCKET", "HEAD_DIM", "CAUSAL", "SPLIT_DIAGONAL", "USE_TMA"],
+                            prune_configs_by={"early_config_prune": _prune_dq})(_dq_kernel)
+# --8<-- [end:configs]
+
+
+def fallback_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """Why these (valid) inputs cannot take the fast backward on this machine, or None if they can. The CPU
+    interpreter runs it (slowly, fp16 only), so that tests without a GPU cover it too."""
+    if not kernels.interpreting() and fast_forward.capability(q.device)[0] < 9:
+        return "a GPU older than Hopper (the fast backward is tuned for compute capability 9.0)"
+    if kernels.interpreting() and q.dtype == torch.bfloat16:
+        return "bfloat16 under the CPU interpreter (its tl.dot on bf16 is wrong; chapter 10's kernels upcast)"
+    return fast_forward.shape_reason(q, k, v)
+
+
+def _launch(kernel, tuned, config, grid, args, meta):
+    """Run a kernel autotuned, or with one pinned configuration (the worklog's fixed-tile steps)."""
+    if config is None:
+        tuned[grid](*args, **meta)
+        return
+    nargs = dict(zip(kernel.arg_names, args, strict=False)) | meta | config.kwargs
+    _set_block_shapes(nargs)
+    kernel[grid(config.kwargs)](*args, **meta, **config.kwargs, num_warps=config.num_warps,
+                                num_stages=config.num_stages)
+
+
+# --8<-- [start:wrapper]
+def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                       lse: torch.Tensor, *, causal: bool = False, sm_scale: float | None = None,
+                       dkdv_config: triton.Config | None = None, dq_config: triton.Config | None = None,
+                       **features: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv), like chapter 10's attention_backward, on the fast path when the inputs allow it.
+
+    `features` overrides BEST_FEATURES and the two configs pin tile shapes (the worklog times each step so).
+    Inputs off the fast path go to chapter 10's kernels with a FallbackWarning.
+    """
+    readable_forward.validate_inputs(q, k, v)
+    unknown = set(features) - set(BEST_FEATURES)
+    if unknown:
+        raise TypeError(f"unknown feature switches {sorted(unknown)}; known: {sorted(BEST_FEATURES)}")
+    sm_scale = softmax_scale(sm_scale, q.shape[-1])
+    reason = fallback_reason(q, k, v) or next(
+        (f"{name} is not contiguous" for name, t in (("do", do), ("out", out)) if not t.is_contiguous()), None)
+    if reason is not None:
+        warnings.warn(f"fast backward: falling back to chapter 10's kernels: {reason}", FallbackWarning,
+                      stacklevel=2)
+        return readable.attention_backward(do, q, k, v, out, lse, causal=causal, sm_scale=sm_scale)
+    batch, heads, seq, head_dim = q.shape
+    for name, t in (("do", do), ("out", out)):
+        if t.shape != q.shape:
+            raise ValueError(f"{name} must have q's shape {tuple(q.shape)}, got {tuple(t.shape)}")
+    if lse.shape != (batch, heads, seq) or lse.dtype != torch.float32 or not lse.is_contiguous():
+        raise ValueError(f"lse must be the forward's contiguous float32 logsumexp of shape {(batch, heads, seq)}, "
+                         f"got {lse.dtype} of shape {tuple(lse.shape)}")
+    check_same_device(q=q, do=do, out=out, lse=lse)
+    check_same_dtype(q=q, do=do, out=out)
+    switches = {**BEST_FEATURES, **features}
+    if kernels.interpreting():  # no timing on the CPU: one small tile shape each instead of the autotuner
+        dkdv_config = dkdv_config or config(64, 128, 4, 1)
+        dq_config = dq_config or config(128, 64, 4, 1)
+
+    rows = batch * heads * seq
+    q2, k2, v2, o2, do2 = (t.view(rows, head_dim) for t in (q, k, v, out, do))
+    dq, dk, dv = (torch.empty_like(t) for t in (q2, k2, v2))
+    delta = torch.empty(rows, device=q.device, dtype=torch.float32)
+    lse2 = torch.empty_like(delta)
+    # ATOMIC_DQ: the fp32 buffer dQ is summed into; otherwise a one-element stand-in that nothing reads.
+    dq_acc = torch.empty((rows, head_dim) if switches["ATOMIC_DQ"] else 1, device=q.device, dtype=torch.float32)
+    _preprocess[(rows // PREPROCESS_ROWS,)](o2, do2, lse, delta, lse2, dq_acc, HEAD_DIM=head_dim,
+                                            BLOCK=PREPROCESS_ROWS, ZERO_DQ=switches["ATOMIC_DQ"])
+
+    def source(t):  # placeholder block shapes; _set_block_shapes puts in the real ones before each launch
+        return TensorDescriptor(t, [rows, head_dim], [head_dim, 1], [64, head_dim]) if switches["USE_TMA"] else t
+
+    # SPLIT_DIAGONAL means nothing without the mask: leave it off there, so both settings share one compiled kernel.
+    common = dict(HEAD_DIM=head_dim, CAUSAL=bool(causal), SPLIT_DIAGONAL=switches["SPLIT_DIAGONAL"] and bool(causal),
+                  USE_TMA=switches["USE_TMA"])
+    bucket = min(triton.next_power_of_2(seq), 16384)
+    args = (source(q2), source(k2), source(v2), source(do2), source(dk), source(dv), dq_acc, lse2, delta,
+            sm_scale, sm_scale * LOG2_E, seq, bucket)
+    _launch(_dkdv_kernel, _dkdv_tuned, dkdv_config, lambda meta: (seq // meta["BLOCK_N"], batch * heads), args,
+            dict(common, TRANSPOSED=switches["TRANSPOSED"], ATOMIC_DQ=switches["ATOMIC_DQ"]))
+    if switches["ATOMIC_DQ"]:
+        _dq_from_buffer[(rows // PREPROCESS_ROWS,)](dq_acc, dq, sm_scale, HEAD_DIM=head_dim, BLOCK=PREPROCESS_ROWS)
+    else:
+        args = (source(q2), source(k2), source(v2), source(do2), source(dq), lse2, delta, sm_scale,
+                sm_scale * LOG2_E, seq, bucket)
+        _launch(_dq_kernel, _dq_tuned, dq_config, lambda meta: (seq // meta["BLOCK_M"], batch * heads), args,
+                common)
+    return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape)
+# --8<-- [end:wrapper]
+
+
+# --8<-- [start:autograd]
+class FastFlashAttention(torch.autograd.Function):
+    """Chapter 9's fast forward and this file's backward as one differentiable operation."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal: bool, sm_scale: float | None):
+        out, lse = fast_forward.attention(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.settings = {"causal": causal, "sm_scale": sm_scale}
+        return out
+
+    @staticmethod
+    def backward(ctx, do):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = attention_backward(do.contiguous(), q, k, v, out, lse, **ctx.settings)
+        return dq, dk, dv, None, None
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+              sm_scale: float | None = None) -> torch.Tensor:
+    """softmax(q kᵀ · sm_scale) v on the fast paths, differentiable: the drop-in attention of a training step."""
+    return FastFlashAttention.apply(q, k, v, causal, sm_scale)
+# --8<-- [end:autograd]

@@ -1,0 +1,110 @@
+"""Chapter 11's fast backward against float64 autograd, every switch of the worklog on and off.
+
+Without a GPU the kernels run in Triton's interpreter on small fp16 shapes, one pinned tile shape each. The
+@pytest.mark.gpu tests run both half-precision dtypes with the autotuner, longer sequences, poisoned memory, and
+the differentiable fast path against SDPA.
+"""
+
+import itertools
+
+import pytest
+import torch
+
+from kernels import flash_attention_backward_fast as fast
+from kernels.flash_attention import attention as forward_attention
+from kernels.flash_attention_fast import FallbackWarning
+from tests.test_flash_attention_backward import RTOL, _poison_the_allocator, inputs, reference_grads, rel_err
+
+SWITCHES = list(fast.BEST_FEATURES)
+EVERY_STEP = [dict(zip(SWITCHES, values, strict=True)) for values in itertools.product((False, True), repeat=4)]
+
+
+def step_id(switches: dict) -> str:
+    return "-".join(name.lower() for name, on in switches.items() if on) or "none"
+
+
+def check(q, k, v, do, causal, **kwargs):
+    out, lse = forward_attention(q, k, v, causal=causal, return_lse=True)
+    grads = fast.attention_backward(do, q, k, v, out, lse, causal=causal, **kwargs)
+    _, *expected = reference_grads(q, k, v, do, causal)
+    for name, got, ref, source in zip("qkv", grads, expected, (q, k, v), strict=True):
+        assert got.shape == source.shape and got.dtype == source.dtype, name
+        assert not torch.isnan(got).any(), f"d{name} has NaN"
+        assert rel_err(got, ref) <= RTOL[q.dtype], f"d{name}: relative error {rel_err(got, ref):.2e}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# On any machine (the interpreter without a GPU): fp16, N = 256, every combination of switches
+
+
+@pytest.mark.parametrize("switches", EVERY_STEP, ids=step_id)
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_step_of_the_worklog_matches_float64(switches, causal, device):
+    q, k, v, do = inputs(1, 2, 256, 256, 64, torch.float16, device, seed=len(str(switches)) + causal)
+    check(q, k, v, do, causal, dkdv_config=fast.config(64, 128, 4, 1), dq_config=fast.config(128, 64, 4, 1),
+          **switches)
+
+
+def test_inputs_off_the_fast_path_fall_back_to_chapter_10_with_a_reason(device):
+    q, k, v, do = inputs(1, 1, 200, 200, 64, torch.float16, device)  # 200 is not a multiple of 128
+    with pytest.warns(FallbackWarning, match="sequence length 200 is not a multiple of 128"):
+        check(q, k, v, do, True)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda t: {**t, "lse": t["lse"].to(torch.float16)}, "lse must be the forward's contiguous float32"),
+    (lambda t: {**t, "do": t["do"][:, :, :128]}, "do must have q's shape"),
+    (lambda t: {**t, "out": t["out"].float()}, "inputs must have one dtype"),
+])
+def test_bad_input_gets_a_clear_error(change, message, device):
+    q, k, v, do = inputs(1, 1, 256, 256, 64, torch.float16, device)
+    out, lse = forward_attention(q, k, v, return_lse=True)
+    args = change({"do": do, "out": out, "lse": lse})
+    with pytest.raises((ValueError, TypeError), match=message):
+        fast.attention_backward(args["do"], q, k, v, args["out"], args["lse"])
+
+
+def test_unknown_switch_is_named(device):
+    q, k, v, do = inputs(1, 1, 128, 128, 64, torch.float16, device)
+    out, lse = forward_attention(q, k, v, return_lse=True)
+    with pytest.raises(TypeError, match="unknown feature switches"):
+        fast.attention_backward(do, q, k, v, out, lse, SPLIT_DIAG=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# On a GPU: both half-precision dtypes, the autotuner, poisoned memory
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("n", "d", "causal"), [(128, 64, True), (1024, 64, False), (1024, 128, True),
+                                                (2048, 64, True), (384, 128, False)])
+@pytest.mark.parametrize("atomic", [False, True])
+def test_gpu_gradients_with_the_autotuner(dtype, n, d, causal, atomic):
+    q, k, v, do = inputs(2, 3, n, n, d, dtype, "cuda", seed=n + d)
+    _poison_the_allocator()
+    check(q, k, v, do, causal, ATOMIC_DQ=atomic)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("switches", EVERY_STEP, ids=step_id)
+def test_gpu_every_step_of_the_worklog(switches):
+    q, k, v, do = inputs(2, 4, 1024, 1024, 128, torch.bfloat16, "cuda", seed=7)
+    for causal in (False, True):
+        _poison_the_allocator()
+        check(q, k, v, do, causal, dkdv_config=fast.config(64, 128, 8, 2), dq_config=fast.config(128, 64, 8, 2),
+              **switches)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_fast_path_trains_like_sdpa(causal):
+    q, k, v, do = inputs(4, 8, 2048, 2048, 128, torch.bfloat16, "cuda", seed=11)
+    ours = [t.clone().requires_grad_() for t in (q, k, v)]
+    theirs = [t.clone().requires_grad_() for t in (q, k, v)]
+    fast.attention(*ours, causal=causal).backward(do)
+    torch.nn.functional.scaled_dot_product_attention(*theirs, is_causal=causal).backward(do)
+    _, *expected = reference_grads(q, k, v, do, causal)
+    for mine, sdpa, ref in zip(ours, theirs, expected, strict=True):
+        # As close to float64 as SDPA's own gradients are, within a factor of two.
+        assert rel_err(mine.grad, ref) <= 2 * rel_err(sdpa.grad, ref) + 1e-4
