@@ -217,10 +217,10 @@ def config(block_m: int, block_n: int, warps: int, stages: int) -> triton.Config
 
 
 # dK/dV: a program keeps BLOCK_N keys (their K, V, dK and dV) and streams Q blocks of BLOCK_M rows past them.
-DKDV_CONFIGS = [config(64, 128, 8, 2), config(32, 128, 8, 3), config(32, 128, 4, 3), config(64, 128, 4, 2),
-                config(64, 64, 4, 3)]
 # dQ: a program keeps BLOCK_M queries (their Q, dO and dQ) and streams K/V blocks of BLOCK_N keys past them.
-DQ_CONFIGS = [config(128, 64, 8, 2), config(128, 32, 4, 3), config(64, 64, 4, 3)]
+# The shapes that won somewhere in the H200 probes; 64 x 64 with 4 warps won most often in both kernels.
+DKDV_CONFIGS = [config(64, 64, 4, 2), config(64, 64, 4, 3), config(64, 128, 4, 2), config(64, 128, 8, 3)]
+DQ_CONFIGS = [config(64, 64, 4, 2), config(128, 64, 8, 3), config(64, 32, 4, 3), config(128, 32, 4, 3)]
 
 
 def _prune_dkdv(configs, named_args, **kwargs):
@@ -256,6 +256,27 @@ def fallback_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | 
     if kernels.interpreting() and q.dtype == torch.bfloat16:
         return "bfloat16 under the CPU interpreter (its tl.dot on bf16 is wrong; chapter 10's kernels upcast)"
     return fast_forward.shape_reason(q, k, v)
+
+
+def describe(cfg: triton.Config) -> str:
+    """'64x64, 4 warps, 2 stages': a configuration as the worklog prints it."""
+    return f"{cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']}, {cfg.num_warps} warps, {cfg.num_stages} stages"
+
+
+def tuned_configs(atomic_dq: bool) -> dict[str, str | None]:
+    """The tile shapes the autotuners picked for the last call: dK/dV, and dQ unless dQ came from atomic adds."""
+    return {"dkdv": describe(_dkdv_tuned.best_config),
+            "dq": None if atomic_dq else describe(_dq_tuned.best_config)}
+
+
+def _check_causal_tiles(dkdv_config: triton.Config | None, dq_config: triton.Config | None) -> None:
+    """Causal tiles split at the diagonal: a K/V block's diagonal must be whole Q blocks, and the other way round."""
+    if dkdv_config is not None and dkdv_config.kwargs["BLOCK_N"] % dkdv_config.kwargs["BLOCK_M"]:
+        raise ValueError(f"causal attention needs the dK/dV kernel's BLOCK_N to be a multiple of its BLOCK_M, got "
+                         f"{describe(dkdv_config)}")
+    if dq_config is not None and dq_config.kwargs["BLOCK_M"] % dq_config.kwargs["BLOCK_N"]:
+        raise ValueError(f"causal attention needs the dQ kernel's BLOCK_M to be a multiple of its BLOCK_N, got "
+                         f"{describe(dq_config)}")
 
 
 def _launch(kernel, tuned, config, grid, args, meta):
@@ -300,6 +321,8 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     check_same_device(q=q, do=do, out=out, lse=lse)
     check_same_dtype(q=q, do=do, out=out)
     switches = {**BEST_FEATURES, **features}
+    if causal:
+        _check_causal_tiles(dkdv_config, dq_config)
     if kernels.interpreting():  # no timing on the CPU: one small tile shape each instead of the autotuner
         dkdv_config = dkdv_config or config(64, 128, 4, 1)
         dq_config = dq_config or config(128, 64, 4, 1)

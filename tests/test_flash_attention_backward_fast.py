@@ -64,6 +64,24 @@ def test_bad_input_gets_a_clear_error(change, message, device):
         fast.attention_backward(args["do"], q, k, v, args["out"], args["lse"])
 
 
+@pytest.mark.parametrize(("dkdv", "dq", "message"), [
+    ((128, 64, 4, 1), (64, 64, 4, 1), "dK/dV kernel's BLOCK_N to be a multiple of its BLOCK_M"),
+    ((64, 64, 4, 1), (64, 128, 4, 1), "dQ kernel's BLOCK_M to be a multiple of its BLOCK_N"),
+])
+def test_causal_tiles_that_do_not_nest_are_refused(dkdv, dq, message, device):
+    q, k, v, do = inputs(1, 1, 256, 256, 64, torch.float16, device)
+    out, lse = forward_attention(q, k, v, causal=True, return_lse=True)
+    with pytest.raises(ValueError, match=message):
+        fast.attention_backward(do, q, k, v, out, lse, causal=True, dkdv_config=fast.config(*dkdv),
+                                dq_config=fast.config(*dq))
+
+
+def test_the_benchmark_times_the_kernel_the_library_ships():
+    from book.bench import backward_fast
+
+    assert backward_fast._final_switches() == fast.BEST_FEATURES
+
+
 def test_unknown_switch_is_named(device):
     q, k, v, do = inputs(1, 1, 128, 128, 64, torch.float16, device)
     out, lse = forward_attention(q, k, v, return_lse=True)

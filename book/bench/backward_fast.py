@@ -26,8 +26,8 @@ from book.bench.timing import gpu_ms_interleaved, tflops
 
 N = 4096
 SHAPES = [(d, causal) for d in (64, 128) for causal in (False, True)]
-DQ_SIZES = [1024, 4096, 16384]
-STEP_BUDGET_MS = 5000  # GPU time per worklog column, over all its steps and peers
+DQ_SIZES = [1024, 16384]  # N = 4096 is the worklog's atomic step
+STEP_BUDGET_MS = 4000  # GPU time per worklog column, over all its steps and peers
 TARGET_FROM = 2048
 TARGET_RATIO = 1.0  # fast backward / the fastest SDPA backend, N >= TARGET_FROM
 FLOOR_RATIO = 0.8
@@ -56,8 +56,8 @@ STEPS = [
          "in the first kernel; chapter 10's tiles.",
          "A few percent at most: the masks cost a compare and a select per element loaded, next to five "
          "matrix products per tile.", dict(_OFF), pinned=True),
-    Step("autotune", "Autotune tiles, warps, stages", "Let Triton time each kernel's tile shapes, warp counts "
-         "and pipeline depths: up to 128 keys per dK/dV program, with 8 warps at head dim 128.",
+    Step("autotune", "Autotune tiles, warps, stages", "Let Triton time four tile shapes, warp counts and "
+         "pipeline depths per kernel, up to 128 keys per dK/dV program (with 8 warps at head dim 128).",
          "10-25%: with 128 keys per program each Q and dO tile loaded serves twice as many keys, and 8 warps "
          "give the tensor cores two warpgroups of work.", dict(_OFF)),
     Step("transposed", "Keys as rows in the dK/dV kernel", "Compute Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, so that Pᵀ and "
@@ -73,11 +73,11 @@ STEPS = [
          "Five products per tile instead of seven, so up to 1.3x if the adds were free. They are not: every tile "
          "sends BLOCK_M x D fp32 additions to L2, and programs of the same head collide on the same rows. A gain "
          "of 0-15%, or a loss at head dim 128, where each tile sends twice as many.",
-         {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True, "ATOMIC_DQ": True}),
+         {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True, "ATOMIC_DQ": True}, kept=False),
     Step("tma", "Load tiles through TMA", "Tensor descriptors for every tile: Hopper's copy engine fetches them "
          "into shared memory, and no thread computes addresses.",
          "0-5%: the loads are already asynchronous copies that the pipeline hides; fewer address instructions.",
-         {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True, "ATOMIC_DQ": True, "USE_TMA": True}),
+         {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True, "USE_TMA": True}, kept=False),
 ]
 
 
@@ -133,12 +133,20 @@ def _autograd_backward(attn, q, k, v, do, causal: bool):
     import torch
 
     inputs = [t.detach().requires_grad_() for t in (q, k, v)]
+    # Autograd runs each backward op on the stream its forward op ran on. The timer captures its CUDA graphs on
+    # torch.cuda.graph's default capture stream, so the forward runs there too.
+    torch.cuda.graph(torch.cuda.CUDAGraph())  # creates that stream on first use
+    stream = torch.cuda.graph.default_capture_stream
+    stream.wait_stream(torch.cuda.current_stream())
     try:
-        out = attn(*inputs, causal)
+        with torch.cuda.stream(stream):
+            out = attn(*inputs, causal)
     except RuntimeError as error:  # a pinned SDPA backend that does not take these inputs
         if "out of memory" in str(error).lower():
             raise
         return None
+    finally:
+        torch.cuda.current_stream().wait_stream(stream)
 
     def backward():
         return torch.autograd.grad(out, inputs, do, retain_graph=True)
@@ -180,6 +188,8 @@ def _step_fns(q, k, v, do, causal: bool):
 def _measure_steps(d: int, causal: bool, progress: Progress) -> list[dict]:
     import torch
 
+    from kernels import flash_attention_backward_fast
+
     q, k, v, do = _inputs("float16", d, N)
     batch, heads = q.shape[:2]
     flops = BACKWARD_FLOPS * 4 * batch * heads * N * N * d * (0.5 if causal else 1.0)
@@ -189,6 +199,9 @@ def _measure_steps(d: int, causal: bool, progress: Progress) -> list[dict]:
         rows[key] = {"kind": "step", "step": key, "head_dim": d, "causal": causal, "N": N, "error": None}
         try:
             rows[key]["grad_err"] = _checked(fn, expected, "float16", key)
+            step = next(s for s in STEPS if s.key == key)
+            if step.switches is not None and not step.pinned:
+                rows[key]["configs"] = flash_attention_backward_fast.tuned_configs(step.switches["ATOMIC_DQ"])
             fns[key] = fn
         except Exception as error:  # noqa: BLE001 - a step that fails is a result too
             rows[key]["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
