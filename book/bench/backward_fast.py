@@ -27,7 +27,8 @@ from book.bench.timing import gpu_ms_interleaved, tflops
 N = 4096
 SHAPES = [(d, causal) for d in (64, 128) for causal in (False, True)]
 DQ_SIZES = [1024, 16384]  # N = 4096 is the worklog's atomic step
-STEP_BUDGET_MS = 4000  # GPU time per worklog column, over all its steps and peers
+STEP_BUDGET_MS = 3000  # GPU time per worklog column, over all its steps and peers
+SPEED_BUDGET_MS = 1500  # GPU time per row of the dq and speed kinds
 TARGET_FROM = 2048
 TARGET_RATIO = 1.0  # fast backward / the fastest SDPA backend, N >= TARGET_FROM
 FLOOR_RATIO = 0.8
@@ -241,7 +242,7 @@ def _measure_dq(d: int, causal: bool, n: int, progress: Progress) -> dict:
         _checked(fn, expected, "float16", f"ATOMIC_DQ={atomic}")
         fns["atomic" if atomic else "second_pass"] = fn
     torch.cuda.synchronize()
-    times = gpu_ms_interleaved(fns)
+    times = gpu_ms_interleaved(fns, budget_ms=SPEED_BUDGET_MS)
     row = {"kind": "dq", "head_dim": d, "causal": causal, "N": n,
            **{f"{name}_backward": tflops(flops, times[name]) for name in fns}}
     progress(f"dq d={d} causal={causal} N={n}: second pass {row['second_pass_backward']:.0f}, atomic adds "
@@ -268,7 +269,7 @@ def _measure_speed(dtype_name: str, d: int, causal: bool, n: int, progress: Prog
         step()
         fns[f"{name}:backward"], fns[f"{name}:step"] = backward, step
     torch.cuda.synchronize()
-    times = gpu_ms_interleaved(fns)
+    times = gpu_ms_interleaved(fns, budget_ms=SPEED_BUDGET_MS)
     for name in _attentions():
         row[f"{name}_backward"] = tflops(BACKWARD_FLOPS * forward_flops, times.get(f"{name}:backward"))
         row[f"{name}_step"] = tflops((1 + BACKWARD_FLOPS) * forward_flops, times.get(f"{name}:step"))
