@@ -196,7 +196,7 @@ def _dq_from_buffer(DQ_ACC, DQ, sm_scale, HEAD_DIM: tl.constexpr, BLOCK: tl.cons
 
 
 # The switches of the final kernel: every step of chapter 11's worklog that paid off.
-BEST_FEATURES = {"TRANSPOSED": True, "SPLIT_DIAGONAL": True, "ATOMIC_DQ": False, "USE_TMA": False}
+BEST_FEATURES = {"TRANSPOSED": True, "SPLIT_DIAGONAL": True, "ATOMIC_DQ": False, "USE_TMA": True}
 PREPROCESS_ROWS = 128
 
 
