@@ -219,8 +219,8 @@ def config(block_m: int, block_n: int, warps: int, stages: int) -> triton.Config
 # dK/dV: a program keeps BLOCK_N keys (their K, V, dK and dV) and streams Q blocks of BLOCK_M rows past them.
 # dQ: a program keeps BLOCK_M queries (their Q, dO and dQ) and streams K/V blocks of BLOCK_N keys past them.
 # The shapes that won somewhere in the H200 probes; 64 x 64 with 4 warps won most often in both kernels.
-DKDV_CONFIGS = [config(64, 64, 4, 2), config(64, 64, 4, 3), config(64, 128, 4, 2), config(64, 128, 8, 3)]
-DQ_CONFIGS = [config(64, 64, 4, 2), config(128, 64, 8, 3), config(64, 32, 4, 3), config(128, 32, 4, 3)]
+DKDV_CONFIGS = [config(64, 64, 4, 2), config(64, 64, 4, 3), config(64, 128, 8, 3)]
+DQ_CONFIGS = [config(64, 64, 4, 2), config(128, 64, 8, 3), config(64, 32, 4, 3)]
 
 
 def _prune_dkdv(configs, named_args, **kwargs):
