@@ -40,3 +40,15 @@ def test_train_tiny_gives_the_same_losses_with_both_attentions():
     assert fresh == stored
     assert "steps with each attention: 4 4" in fresh
     assert "same losses to 1e-4: True" in fresh and "the loss went down: True" in fresh
+
+
+def test_simulator_backward_counts_bytes_and_products():
+    stored, fresh = snippets.check("snippets/ch10/simulator_backward.py")
+    assert fresh == stored
+    assert fresh.count("matches float64: True") == 4
+    moved = [int(line.split("HBM")[1].split("B moved")[0].replace(",", "")) for line in fresh.splitlines()
+             if "B moved" in line]
+    plain, second_pass, atomic, causal = moved
+    assert second_pass < plain / 2 and causal < second_pass  # no N x N matrix in HBM; causal skips tiles
+    assert "448 tile products" in fresh and "320 tile products" in fresh  # 64 tiles x (4 + 3), 64 tiles x 5
+    assert atomic < second_pass  # the atomic adds move fewer bytes than re-reading K and V

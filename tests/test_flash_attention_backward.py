@@ -115,6 +115,28 @@ def test_autograd_function_gives_every_gradient(device):
         assert rel_err(got, ref) <= RTOL[torch.float32]
 
 
+@pytest.mark.parametrize(("causal", "alignment", "n_q", "n_k"), [(False, "top-left", 20, 20),
+                                                                  (True, "bottom-right", 12, 20)])
+def test_gradients_agree_with_finite_differences_of_the_forward(causal, alignment, n_q, n_k, device, rng):
+    """gradcheck's idea, in fp32 and without any reference implementation: along a random direction u, the
+    slope of L = <attention(q, k, v), dO> measured by central differences of the forward kernel equals
+    <gradient, u> from the backward kernels."""
+    q, k, v, do = (torch.randn((1, 2, n, 16), generator=rng).to(device) for n in (n_q, n_k, n_k, n_q))
+    inputs_ = [t.clone().requires_grad_() for t in (q, k, v)]
+    forward_attention(*inputs_, causal=causal, causal_alignment=alignment).backward(do)
+    for x, t in zip(inputs_, (q, k, v), strict=True):
+        u = torch.randn(t.shape, generator=rng).to(device)
+        eps = 1e-2
+
+        def loss(shift, t=t, u=u):
+            moved = [s + shift * u if s is t else s for s in (q, k, v)]
+            return (forward_attention(*moved, causal=causal, causal_alignment=alignment).double() * do).sum()
+
+        slope = (loss(eps) - loss(-eps)) / (2 * eps)
+        predicted = (x.grad.double() * u).sum()
+        assert abs(slope - predicted) <= 1e-3 * abs(predicted) + 1e-3, (slope.item(), predicted.item())
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
