@@ -54,6 +54,7 @@ def _preprocess(O, DO, Lse, Delta, Lse2, DQ_ACC, HEAD_DIM: tl.constexpr, BLOCK: 
 # --8<-- [end:preprocess]
 
 
+# --8<-- [start:load]
 @triton.jit
 def _load_tile(src, row, offs_rows, offs_d, HEAD_DIM: tl.constexpr, USE_TMA: tl.constexpr):
     """One (rows, head_dim) tile starting at 2-D row `row`: through the tensor descriptor, or with pointers."""
@@ -70,6 +71,7 @@ def _store_tile(dst, row, tile, offs_rows, offs_d, HEAD_DIM: tl.constexpr, USE_T
         dst.store([row, 0], tile)
     else:
         tl.store(dst + (row + offs_rows)[:, None] * HEAD_DIM + offs_d[None, :], tile)
+# --8<-- [end:load]
 
 
 # --8<-- [start:dkdv-step]
@@ -185,7 +187,6 @@ def _dq_kernel(q_src, k_src, v_src, do_src, dq_dst, lse2_ptr, delta_ptr, sm_scal
                       BLOCK_N, False, USE_TMA)
     _store_tile(dq_dst, row0 + start_m, (dq * sm_scale).to(q.dtype), tl.arange(0, BLOCK_M), offs_d, HEAD_DIM,
                 USE_TMA)
-# --8<-- [end:dq]
 
 
 @triton.jit
@@ -193,6 +194,7 @@ def _dq_from_buffer(DQ_ACC, DQ, sm_scale, HEAD_DIM: tl.constexpr, BLOCK: tl.cons
     """ATOMIC_DQ: dQ = scale · (the fp32 sums of dS K), rounded to the inputs' dtype."""
     offs = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK))[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
     tl.store(DQ + offs, (tl.load(DQ_ACC + offs) * sm_scale).to(DQ.dtype.element_ty))
+# --8<-- [end:dq]
 
 
 # The switches of the final kernel: every step of chapter 11's worklog that paid off.
