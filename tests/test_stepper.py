@@ -304,3 +304,54 @@ def test_online_softmax_widget(page):
     page.click("#os [data-action=end]")
     assert page.get_attribute("#os .fa-stepper__verdict", "data-equal") == "true"
     assert not page.errors
+
+
+# ---------------------------------------------------------------- chapter 10's backward loop order
+
+
+def backward_simulator():
+    path = ROOT / "snippets/ch10/simulator_backward.py"
+    spec = importlib.util.spec_from_file_location("ch10_simulator_backward", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("dq", ["second_pass", "atomic"])
+def test_backward_order_counts_what_the_simulator_counts(page, dq):
+    sim, forward = backward_simulator(), simulator()
+    rng = np.random.default_rng(0)
+    for n, block_m, block_n, causal in itertools.product([8, 16, 32], [2, 4, 8], [2, 4, 8], [False, True]):
+        Q, K, V, dO = (rng.standard_normal((n, 2)).astype(np.float32) for _ in range(4))
+        O, stats = forward.flash_attention(Q, K, V, block_m, block_n, causal=causal)
+        _, counted = sim.flash_backward(Q, K, V, O, stats["lse"], dO, block_m, block_n, causal=causal, dq=dq)
+        got = page.evaluate("args => faStepper.backwardOrder(args)",
+                            {"n": n, "blockM": block_m, "blockN": block_n, "causal": causal, "dq": dq})
+        assert got["products"] == counted["matrix_products"], (n, block_m, block_n, causal)
+        kinds = {(t["q_block"], t["k_block"]): t["kind"] for t in got["steps"]}
+        for (i, j), kind in kinds.items():
+            assert kind == forward.tile_kind(i, j, block_m, block_n, n, n, causal)
+        kernels = [t["kernel"] for t in got["steps"]]
+        assert kernels == sorted(kernels, key=["dkdv", "dq"].index)  # every dK/dV visit before any dQ visit
+        assert ("dq" in kernels) == (dq == "second_pass")
+
+
+def test_backward_widget_steps_through_both_kernels(page):
+    _mount(page, '<div class="fa-stepper" data-stepper="backward" id="bw" data-n="8" data-block-m="4"'
+                 ' data-block-n="4" data-causal="true"></div>')
+    # 2 x 2 tiles, one above the diagonal: 3 visits by the dK/dV kernel, 3 by the dQ kernel.
+    assert page.get_attribute("#bw", "data-total") == "6"
+    assert "2 skipped by the causal mask" in page.inner_text("#bw .fa-stepper__status")
+    page.click("#bw [data-action=step]")
+    assert "dK, dV program 0 (keys of block K0) visits tile (Q0, K0), masked" in page.inner_text(
+        "#bw .fa-stepper__status")
+    page.click("#bw [data-action=end]")
+    assert "dQ program 1" in page.inner_text("#bw .fa-stepper__status")
+    counts = dict((cells[0], cells[1]) for cells in read_table(page, "#bw .fa-stepper__state table"))
+    assert counts["matrix products so far"] == counts["matrix products in all"] == str(3 * 4 + 3 * 3)
+    page.select_option("#bw [data-control=dq]", "atomic")
+    assert page.get_attribute("#bw", "data-step") == "0" and page.get_attribute("#bw", "data-total") == "3"
+    page.click("#bw [data-action=end]")
+    counts = dict((cells[0], cells[1]) for cells in read_table(page, "#bw .fa-stepper__state table"))
+    assert counts["atomic adds of a dQ block"] == "3" and counts["matrix products in all"] == "15"
+    assert not page.errors

@@ -1,4 +1,4 @@
-// Interactive steppers for online softmax (chapter 4) and FlashAttention (chapter 5).
+// Interactive steppers for online softmax (chapter 4), FlashAttention (chapter 5) and its backward loop order (chapter 10).
 //
 // Plain JavaScript, no libraries, no network. The page holds an empty container that the book's MkDocs
 // hook writes for a line `<!-- stepper: NAME -->`:
@@ -13,6 +13,8 @@
 //         -> {trace: [{q_block, k_block, kind, m, l, acc}], skipped: [[i, j]], O, S, scale}
 //     faStepper.exactAttention({Q, K, V, causal})          -> O computed directly
 //     faStepper.onlineSoftmax({x, V, block})               -> {trace: [{block, start, stop, m, l, acc}], p, out}
+//     faStepper.backwardOrder({n, blockM, blockN, causal, dq}) -> {steps: [{kernel, program, q_block, k_block, kind,
+//         products}], skipped, products, qBlocks, kBlocks}
 (function () {
   "use strict";
 
@@ -180,6 +182,42 @@
   // ---------------------------------------------------------------- page helpers
 
   const MINUS = "\u2212";
+
+  // Chapter 10's backward loop order, tile by tile, as in snippets/ch10/simulator_backward.py: first one
+  // program per key block (dK, dV; with dq = "atomic" it also adds each tile's share of dQ), then, for
+  // dq = "second_pass", one program per query block (dQ). Counts the matrix products of every visit.
+  function backwardOrder({ n, blockM, blockN, causal, dq }) {
+    const qBlocks = Math.ceil(n / blockM);
+    const kBlocks = Math.ceil(n / blockN);
+    const steps = [];
+    const skipped = [];
+    let products = 0;
+    for (let j = 0; j < kBlocks; j++) {
+      for (let i = 0; i < qBlocks; i++) {
+        const kind = tileKind(i, j, blockM, blockN, n, n, causal);
+        if (kind === "skipped") {
+          skipped.push(["dkdv", i, j]);
+          continue;
+        }
+        products += dq === "atomic" ? 5 : 4;
+        steps.push({ kernel: "dkdv", program: j, q_block: i, k_block: j, kind, products });
+      }
+    }
+    if (dq === "second_pass") {
+      for (let i = 0; i < qBlocks; i++) {
+        for (let j = 0; j < kBlocks; j++) {
+          const kind = tileKind(i, j, blockM, blockN, n, n, causal);
+          if (kind === "skipped") {
+            skipped.push(["dq", i, j]);
+            continue;
+          }
+          products += 3;
+          steps.push({ kernel: "dq", program: i, q_block: i, k_block: j, kind, products });
+        }
+      }
+    }
+    return { steps, skipped, products, qBlocks, kBlocks };
+  }
 
   function fmt(x, digits) {
     if (x === -Infinity) return MINUS + "\u221e";
@@ -599,9 +637,137 @@
     build();
   }
 
+  // ---------------------------------------------------------------- the backward loop-order stepper
+
+  function mountBackward(root) {
+    const params = {
+      n: intData(root, "n", 16),
+      blockM: intData(root, "blockM", 4),
+      blockN: intData(root, "blockN", 4),
+      causal: root.dataset.causal === "true",
+      dq: root.dataset.dq === "atomic" ? "atomic" : "second_pass",
+    };
+    const state = { step: 0, total: () => state.result.steps.length };
+
+    function changed(name, parse) {
+      return (event) => {
+        const value = parse(event.target);
+        if (value === null) return;
+        params[name] = value;
+        controls.stop();
+        state.step = 0;
+        build();
+      };
+    }
+    const asInt = (target) => {
+      const value = parseInt(target.value, 10);
+      return Number.isFinite(value) ? value : null;
+    };
+
+    const status = el("p", { class: "fa-stepper__status", role: "status", "aria-live": "polite" });
+    const controls = transport(root, state, render);
+    const form = el("div", { class: "fa-stepper__controls" });
+    const grid = el("div", { class: "fa-stepper__grid", role: "grid", "aria-readonly": "true" });
+    const counts = el("div", { class: "fa-stepper__state" });
+
+    function build() {
+      state.result = backwardOrder(params);
+      state.step = Math.min(state.step, state.total());
+      form.replaceChildren(
+        select("N", "n", [8, 16, 32], params.n, changed("n", asInt)),
+        select("Query block", "blockM", [2, 4, 8], params.blockM, changed("blockM", asInt)),
+        select("Key block", "blockN", [2, 4, 8], params.blockN, changed("blockN", asInt)),
+        checkbox("Causal", "causal", params.causal, changed("causal", (t) => t.checked)),
+        select("dQ by", "dq", [["second_pass", "a second pass"], ["atomic", "atomic adds"]], params.dq,
+          changed("dq", (t) => t.value)),
+      );
+      render();
+    }
+
+    function current() {
+      return state.step > 0 ? state.result.steps[state.step - 1] : null;
+    }
+
+    // One cell per tile: rows are query blocks, columns key blocks.
+    function renderGrid() {
+      const { qBlocks, kBlocks, steps, skipped } = state.result;
+      const now = current();
+      const phase = now ? now.kernel : "dkdv";
+      const done = new Set(steps.slice(0, state.step).filter((t) => t.kernel === phase).map((t) => `${t.q_block},${t.k_block}`));
+      const skip = new Set(skipped.filter(([kernel]) => kernel === phase).map(([, i, j]) => `${i},${j}`));
+      grid.style.setProperty("--fa-columns", kBlocks + 1);
+      const head = [el("div", { class: "fa-cell fa-cell--corner", role: "columnheader", text: phase === "dkdv" ? "dK, dV" : "dQ" })];
+      for (let j = 0; j < kBlocks; j++) head.push(el("div", { class: "fa-cell fa-cell--head", role: "columnheader", text: `K${j}` }));
+      const rows = [el("div", { class: "fa-row", role: "row" }, head)];
+      for (let i = 0; i < qBlocks; i++) {
+        const cells = [el("div", { class: "fa-cell fa-cell--head", role: "rowheader", text: `Q${i}` })];
+        for (let j = 0; j < kBlocks; j++) {
+          const key = `${i},${j}`;
+          const classes = ["fa-cell", "is-tile-left", "is-tile-top"];
+          let text = "";
+          if (skip.has(key)) { classes.push("is-skipped"); text = "\u00b7"; }
+          else if (now && key === `${now.q_block},${now.k_block}`) classes.push("is-current");
+          else if (done.has(key)) classes.push("is-done");
+          if (!skip.has(key) && tileKind(i, j, params.blockM, params.blockN, params.n, params.n, params.causal) === "diagonal") text = "mask";
+          const program = phase === "dkdv" ? j : i;
+          cells.push(el("div", { class: classes.join(" "), role: "gridcell", title: `program ${program}`, text }));
+        }
+        rows.push(el("div", { class: "fa-row", role: "row" }, cells));
+      }
+      grid.replaceChildren(...rows);
+      grid.setAttribute("aria-label", `Tiles of (query block, key block), ${qBlocks} by ${kBlocks}`);
+    }
+
+    function renderCounts() {
+      const seen = state.result.steps.slice(0, state.step);
+      const perKernel = (kernel) => seen.filter((t) => t.kernel === kernel).length;
+      const adds = params.dq === "atomic" ? perKernel("dkdv") : 0;
+      const products = seen.length ? seen[seen.length - 1].products : 0;
+      const body = [
+        ["tiles visited by the dK, dV kernel", String(perKernel("dkdv"))],
+        ["tiles visited by the dQ kernel", String(perKernel("dq"))],
+        ["atomic adds of a dQ block", String(adds)],
+        ["matrix products so far", String(products)],
+        ["matrix products in all", String(state.result.products)],
+      ];
+      counts.replaceChildren(table("So far", ["", "count"], body));
+    }
+
+    function render() {
+      const total = state.total();
+      const now = current();
+      if (now) {
+        const who = now.kernel === "dkdv" ? `dK, dV program ${now.program} (keys of block K${now.k_block})`
+          : `dQ program ${now.program} (queries of block Q${now.q_block})`;
+        const extra = now.kernel === "dkdv" && params.dq === "atomic" ? `; adds its share of dQ into rows of Q${now.q_block}` : "";
+        status.textContent = `Step ${state.step} of ${total}: ${who} visits tile (Q${now.q_block}, K${now.k_block})` +
+          `${now.kind === "diagonal" ? ", masked element by element" : ""}${extra}.`;
+      } else {
+        status.textContent = `Step 0 of ${total}: ${total} tile visits, ${state.result.skipped.length} skipped by the causal mask. Press Step or the right arrow key.`;
+      }
+      root.dataset.step = String(state.step);
+      root.dataset.total = String(total);
+      renderGrid();
+      renderCounts();
+    }
+
+    root.replaceChildren(
+      form,
+      controls.bar,
+      status,
+      el("div", { class: "fa-stepper__panels" }, [el("div", { class: "fa-stepper__scroll", tabindex: "0", "aria-label": "Tile grid" }, grid), counts]),
+      el("div", { class: "fa-stepper__legend", "aria-hidden": "true" }, [
+        el("span", { class: "fa-key is-current", text: "current tile" }),
+        el("span", { class: "fa-key is-done", text: "visited in this kernel" }),
+        el("span", { class: "fa-key is-skipped", text: "skipped (causal)" }),
+      ]),
+    );
+    build();
+  }
+
   // ---------------------------------------------------------------- mounting
 
-  const widgets = { "flash-attention": mountFlashAttention, "online-softmax": mountOnlineSoftmax };
+  const widgets = { "flash-attention": mountFlashAttention, "online-softmax": mountOnlineSoftmax, backward: mountBackward };
 
   function mountAll() {
     for (const root of document.querySelectorAll(".fa-stepper[data-stepper]:not([data-mounted])")) {
@@ -612,7 +778,7 @@
     }
   }
 
-  window.faStepper = { mulberry32, inputs, flashAttention, exactAttention, onlineSoftmax, exactSoftmax, tileKind, mountAll };
+  window.faStepper = { mulberry32, inputs, flashAttention, exactAttention, onlineSoftmax, exactSoftmax, tileKind, backwardOrder, mountAll };
 
   if (typeof document$ !== "undefined") {
     document$.subscribe(mountAll); // Material's page-load stream (instant navigation too)
