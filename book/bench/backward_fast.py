@@ -1,12 +1,14 @@
 """Chapter 11: the fast backward (kernels/flash_attention_backward_fast.py), one change per step, against every SDPA
 backend in the same run.
 
-Two kinds of rows, all timing the backward alone: the forward runs once, outside the timer, and each timed call
+Three kinds of rows, all timing the backward alone: the forward runs once, outside the timer, and each timed call
 is autograd.grad (or the backward wrapper) on its saved graph, replayed from a CUDA graph in turns with the others
 (chapter 7's timer). FLOPs as in chapter 10: 2.5 times the forward's 4·B·H·N²·D, halved for causal.
 
 - "step": the worklog. fp16, N = 4096, 16K tokens per batch, head dim 64 (32 heads) and 128 (16 heads), causal
   and not; chapter 10's readable backward, every step, and the SDPA backends.
+- "dq": the two ways to produce dQ (a second pass, or atomic adds) with every other switch as in the final kernel,
+  over N, fp16.
 - "speed": the final fast backward beside chapter 10's kernels and every SDPA backend over chapter 10's grid
   (fp16 and bf16, N from 1K to 16K), the backward alone and the forward with the backward (a training step's
   attention; the fast path's forward is chapter 9's kernel).
@@ -24,8 +26,9 @@ from book.bench.timing import gpu_ms_interleaved, tflops
 
 N = 4096
 SHAPES = [(d, causal) for d in (64, 128) for causal in (False, True)]
-STEP_BUDGET_MS = 2000  # GPU time per worklog column, over all its steps and peers
-SPEED_BUDGET_MS = 800  # GPU time per row of the speed kind
+DQ_SIZES = [1024, 16384]  # N = 4096 is the worklog's atomic step
+STEP_BUDGET_MS = 3000  # GPU time per worklog column, over all its steps and peers
+SPEED_BUDGET_MS = 1500  # GPU time per row of the dq and speed kinds
 TARGET_FROM = 2048
 TARGET_RATIO = 1.0  # fast backward / the fastest SDPA backend, N >= TARGET_FROM
 FLOOR_RATIO = 0.8
@@ -54,7 +57,7 @@ STEPS = [
          "in the first kernel; chapter 10's tiles.",
          "A few percent at most: the masks cost a compare and a select per element loaded, next to five "
          "matrix products per tile.", dict(_OFF), pinned=True),
-    Step("autotune", "Autotune tiles, warps, stages", "Let Triton time three tile shapes, warp counts and "
+    Step("autotune", "Autotune tiles, warps, stages", "Let Triton time four tile shapes, warp counts and "
          "pipeline depths per kernel, up to 128 keys per dK/dV program (with 8 warps at head dim 128).",
          "10-25%: with 128 keys per program each Q and dO tile loaded serves twice as many keys, and 8 warps "
          "give the tensor cores two warpgroups of work.", dict(_OFF)),
@@ -75,7 +78,7 @@ STEPS = [
     Step("tma", "Load tiles through TMA", "Tensor descriptors for every tile: Hopper's copy engine fetches them "
          "into shared memory, and no thread computes addresses.",
          "0-5%: the loads are already asynchronous copies that the pipeline hides; fewer address instructions.",
-         {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True, "USE_TMA": True}),
+         {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True, "USE_TMA": True}, kept=False),
 ]
 
 
@@ -221,6 +224,32 @@ def _measure_steps(d: int, causal: bool, progress: Progress) -> list[dict]:
     return list(rows.values())
 
 
+def _measure_dq(d: int, causal: bool, n: int, progress: Progress) -> dict:
+    import torch
+
+    from kernels import flash_attention_backward_fast as fast
+    from kernels import flash_attention_fast
+
+    q, k, v, do = _inputs("float16", d, n)
+    batch, heads = q.shape[:2]
+    flops = BACKWARD_FLOPS * 4 * batch * heads * n * n * d * (0.5 if causal else 1.0)
+    expected = _expected(q, k, v, do, causal)
+    out, lse = flash_attention_fast.attention(q, k, v, causal=causal, return_lse=True)
+    fns = {}
+    for atomic in (False, True):
+        fn = (lambda atomic=atomic: fast.attention_backward(do, q, k, v, out, lse, causal=causal,
+                                                            **{**_final_switches(), "ATOMIC_DQ": atomic}))
+        _checked(fn, expected, "float16", f"ATOMIC_DQ={atomic}")
+        fns["atomic" if atomic else "second_pass"] = fn
+    torch.cuda.synchronize()
+    times = gpu_ms_interleaved(fns, budget_ms=SPEED_BUDGET_MS)
+    row = {"kind": "dq", "head_dim": d, "causal": causal, "N": n,
+           **{f"{name}_backward": tflops(flops, times[name]) for name in fns}}
+    progress(f"dq d={d} causal={causal} N={n}: second pass {row['second_pass_backward']:.0f}, atomic adds "
+             f"{row['atomic_backward']:.0f} TFLOP/s")
+    return row
+
+
 def _measure_speed(dtype_name: str, d: int, causal: bool, n: int, progress: Progress) -> dict:
     import torch
 
@@ -254,6 +283,9 @@ def run(progress: Progress) -> list[dict]:
     rows = []
     for d, causal in SHAPES:
         rows += _measure_steps(d, causal, progress)
+    for d, causal in SHAPES:
+        for n in DQ_SIZES:
+            rows.append(_measure_dq(d, causal, n, progress))
     for dtype in DTYPES:
         for d, causal in SHAPES:
             for n in SIZES:
@@ -315,6 +347,15 @@ def predictions(result: dict) -> str:
     del result
     return "\n".join(f"- **{i}. {s.title}.** {s.change} *Prediction:* {s.prediction}"
                      for i, s in enumerate(STEPS) if i)
+
+
+def dq_table(result: dict) -> str:
+    """A second pass against atomic adds for dQ, over N."""
+    body = [[r["head_dim"], "yes" if r["causal"] else "no", f"{r['N']:,}", r["second_pass_backward"],
+             r["atomic_backward"], f"{r['atomic_backward'] / r['second_pass_backward']:.2f}×"]
+            for r in _rows(result, "dq")]
+    return render.table(["D", "causal", "N", "second pass", "atomic adds", "atomic / second pass"], body) + (
+        "\n\nBackward TFLOP/s, fp16, every other switch as in the final kernel; the two timed in turns.")
 
 
 def table(result: dict) -> str:
@@ -412,7 +453,7 @@ BENCHMARK = Benchmark(
              "kernels/flash_attention_hopper.py", "kernels/hopper_schedule.py", "book/bench/backward.py",
              "book/bench/backward_fast.py"],
     run=run,
-    views={"steps": steps_table, "deltas": step_deltas, "predictions": predictions,
+    views={"steps": steps_table, "deltas": step_deltas, "predictions": predictions, "dq": dq_table,
            "table": table, "step-table": step_table, "targets": targets, "versus-readable": versus_readable,
            "checks": checks, "plot": plot},
     awaiting_gpu="issue 20: the fast backward's first GPU run",

@@ -61,6 +61,7 @@ def standard_backward(Q, K, V, dO, causal: bool = False):
     return grads, {"hbm_bytes": hbm.read_bytes + hbm.write_bytes, "hbm_peak_bytes": hbm.peak_bytes}
 
 
+# --8<-- [start:flash]
 def flash_backward(Q, K, V, O, L, dO, block_m: int, block_n: int, causal: bool = False, dq: str = "second_pass",
                    sram_bytes: int | None = None):
     """dQ, dK, dV with FlashAttention-2's backward loop order, from the forward's O and logsumexp L alone."""
@@ -137,6 +138,7 @@ def flash_backward(Q, K, V, O, L, dO, block_m: int, block_n: int, causal: bool =
     grads = tuple(hbm.arrays[name] for name in ("dQ", "dK", "dV"))
     return grads, {"hbm_bytes": hbm.read_bytes + hbm.write_bytes, "hbm_peak_bytes": hbm.peak_bytes,
                    "matrix_products": products}
+# --8<-- [end:flash]
 
 
 def main() -> None:
