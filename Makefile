@@ -59,8 +59,11 @@ outputs: setup
 	$(PY) -m book.snippets --write
 	$(PY) -m book.notebooks --write
 
+# Runs on a bare GPU Python too (torch, triton, numpy, pytest): without pytest-xdist the tests run in one process,
+# and the tests that need the documentation tools skip with a reason.
 test-gpu:
-	$(GPU_PY) -m pytest -m gpu -n $(GPU_TEST_WORKERS) tests
+	$(GPU_PY) -m pytest -m gpu $$($(GPU_PY) -c "import importlib.util as u; \
+	print('-n $(GPU_TEST_WORKERS)' if u.find_spec('xdist') else '')") tests
 
 bench:
 	$(GPU_PY) -m book.bench $(if $(ONLY),--only $(ONLY),)

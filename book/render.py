@@ -4,21 +4,30 @@ from __future__ import annotations
 
 import io
 
-import matplotlib
+from book.provenance import stale_sources
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+try:
+    import matplotlib
+except ModuleNotFoundError:  # a bare GPU Python (torch, triton, numpy, pytest): benchmarks and GPU tests still run
+    plt = None
+else:
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
-from book.provenance import stale_sources  # noqa: E402
+    plt.rcParams.update({
+        "svg.hashsalt": "flash-attention-book",  # stable element ids, so rebuilds give the same files
+        "svg.fonttype": "none",  # text stays text: selectable, and no font files needed
+        "font.size": 10,
+        "axes.grid": True,
+        "grid.alpha": 0.3,
+        "figure.dpi": 100,
+    })
 
-plt.rcParams.update({
-    "svg.hashsalt": "flash-attention-book",  # stable element ids, so rebuilds give the same files
-    "svg.fonttype": "none",  # text stays text: selectable, and no font files needed
-    "font.size": 10,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-    "figure.dpi": 100,
-})
+
+def _pyplot():
+    if plt is None:
+        raise ModuleNotFoundError("drawing a figure needs matplotlib: `make setup` (or `make setup-gpu`) installs it")
+    return plt
 
 
 def table(headers: list[str], rows: list[list[object]]) -> str:
@@ -46,7 +55,7 @@ def line_plot(
     hlines: dict[str, float] | None = None,
 ):
     """A figure with one line per series; points whose y is None (out of memory, not run) are left out."""
-    fig, ax = plt.subplots(figsize=(7.0, 4.0))
+    fig, ax = _pyplot().subplots(figsize=(7.0, 4.0))
     markers = "osD^v<>p*h"
     for i, (label, (xs, ys)) in enumerate(series.items()):
         points = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
@@ -74,7 +83,7 @@ def _is_power_of_two(x: float) -> bool:
 def svg_bytes(fig) -> bytes:
     buffer = io.StringIO()
     fig.savefig(buffer, format="svg", metadata={"Date": None})
-    plt.close(fig)
+    _pyplot().close(fig)
     return buffer.getvalue().encode()
 
 

@@ -1,10 +1,11 @@
 """The chapter 3 benchmark's views, fed a small fake result (no GPU needed; nothing is written to results/)."""
 
-import matplotlib.figure
 import pytest
 
-from book.bench import by_name
-from book.bench import matmul as bench
+matplotlib_figure = pytest.importorskip("matplotlib.figure", reason="needs the documentation tools (`make setup`)")
+
+from book.bench import by_name  # noqa: E402
+from book.bench import matmul as bench  # noqa: E402
 
 
 def _fake_result(ratios: dict[tuple[str, int], float], gpu: str = "NVIDIA H100 80GB HBM3",
@@ -79,7 +80,7 @@ def test_small_sizes_sentence():
 
 def test_plot_is_a_figure_with_four_lines_and_the_peak():  # results measured before the TMA kernel
     fig = bench.tflops_plot(_fake_result({}))
-    assert isinstance(fig, matplotlib.figure.Figure)
+    assert isinstance(fig, matplotlib_figure.Figure)
     ax = fig.axes[0]
     assert len(ax.get_lines()) == 5  # Triton and cuBLAS per dtype, plus the datasheet line
     assert "TFLOP/s" in ax.get_ylabel() and "n" in ax.get_xlabel()

@@ -11,7 +11,9 @@ from urllib.parse import urlparse
 
 import pytest
 
-from book import ROOT
+pytest.importorskip("mkdocs", reason="needs the documentation tools (`make setup`)")
+
+from book import ROOT  # noqa: E402
 from tests.browser import Server, artifacts_dir, launch
 from tests.site import build, copy_book
 from tests.test_stepper import check_flash_widget, read_table, simulator

@@ -7,12 +7,13 @@ stderr anywhere: after editing a notebook, run `python -m book.notebooks --write
 
 import re
 
-import nbformat
 import pytest
-import torch
-import yaml
 
-from book import ROOT, notebooks
+nbformat = pytest.importorskip("nbformat", reason="needs the documentation tools (`make setup`)")
+yaml = pytest.importorskip("yaml", reason="needs the documentation tools (`make setup`)")
+import torch  # noqa: E402
+
+from book import ROOT, notebooks  # noqa: E402
 
 SOURCES = notebooks.sources()
 COLAB = "https://colab.research.google.com/github/flash-attention-book/flash-attention-book/blob/main/docs/notebooks/"

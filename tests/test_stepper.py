@@ -18,7 +18,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from book import ROOT, mkdocs_hooks
+pytest.importorskip("mkdocs", reason="needs the documentation tools (`make setup`)")
+
+from book import ROOT, mkdocs_hooks  # noqa: E402
 from tests.browser import launch
 
 STEPPER_JS = ROOT / "docs/javascripts/stepper.js"
