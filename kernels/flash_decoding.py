@@ -1,0 +1,206 @@
+"""Chapter 12: decoding against a KV cache with split-KV (Flash-Decoding) and grouped-query attention.
+
+At decode time each sequence brings a few new queries (1 to 16: one token, or a few with speculative
+decoding) and attends to a cache of thousands of keys. Chapter 5's kernel gives each program a block of
+queries, so it would launch batch x heads programs with one query each: far too few to fill the GPU, and
+each program reads its head's whole cache alone.
+
+Two changes fix that:
+
+- Split-KV: the keys of each sequence are cut into `num_splits` ranges, one program each. Every program
+  runs chapter 4's online softmax over its range and writes a partial state: its output, normalized by its
+  own sum, and its row logsumexp. A second, small kernel merges the partial states exactly with chapter 4's
+  rule (weights 2^(lse_s - max lse)).
+- Grouped-query attention (GQA; multi-query attention, MQA, is one KV head): all the query heads that share
+  a KV head sit in one program, as rows of one tile, so K and V are read once per group instead of once per
+  query head.
+
+Queries are aligned bottom-right (chapter 6): with a cache of length L and Nq new queries, query t sits at
+position L - Nq + t and sees keys 0 .. L - Nq + t. Each sequence has its own length (`cache_lens`); a length
+of 0 gives output 0 and logsumexp -inf.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+import kernels
+from kernels.validate import check_device, check_dtype, check_ndim, check_same_device, check_same_dtype, softmax_scale
+
+LOG2_E = 1.4426950408889634
+LN_2 = 0.6931471805599453
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MAX_QUERIES = 16  # new queries per sequence: one token, or a few with speculative decoding
+MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
+BLOCK_N = 64  # keys per tile
+
+
+# --8<-- [start:split]
+@triton.jit
+def _decode_split(Q, K, V, Lens, OPart, LsePart, qk_scale,
+                  stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+                  stride_vb, stride_vh, stride_vn, N_Q, KV_HEADS, SPLIT_KEYS,
+                  GROUP: tl.constexpr, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                  NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # Grid: (splits, batch * KV heads). One program: the keys [split * SPLIT_KEYS, ...) of one KV head, against
+    # every query of the GROUP query heads that share it (GROUP * N_Q rows of one tile).
+    split = tl.program_id(0)
+    batch = tl.program_id(1) // KV_HEADS
+    kv_head = tl.program_id(1) % KV_HEADS
+    length = tl.load(Lens + batch)
+
+    rows = tl.arange(0, ROWS)
+    head = kv_head * GROUP + rows // N_Q  # the query head of each row
+    t = rows % N_Q  # which of the new queries
+    row_ok = rows < GROUP * N_Q
+    position = length - N_Q + t  # bottom-right: query t sees keys 0 .. position
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    d_ok = offs_d < HEAD_DIM
+    q = tl.load(Q + batch * stride_qb + head[:, None] * stride_qh + t[:, None] * stride_qm + offs_d[None, :],
+                mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+
+    m = tl.full([ROWS], float("-inf"), tl.float32)
+    l = tl.zeros([ROWS], tl.float32)
+    acc = tl.zeros([ROWS, HEAD_DIM_PAD], tl.float32)
+    lo = split * SPLIT_KEYS
+    hi = tl.minimum(lo + SPLIT_KEYS, length)  # keys past the sequence's length are never read
+    k_base = K + batch * stride_kb + kv_head * stride_kh
+    v_base = V + batch * stride_vb + kv_head * stride_vh
+    for start in range(lo, hi, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        kv_ok = (cols[:, None] < hi) & d_ok[None, :]
+        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kv_ok, other=0.0)
+        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=kv_ok, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+        s = tl.where((cols[None, :] <= position[:, None]) & (cols[None, :] < hi), s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen no key yet
+        alpha = tl.math.exp2(m - m_safe)
+        p = tl.math.exp2(s - m_safe[:, None])
+        l = l * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m = m_new
+
+    # The partial state of this split: its output normalized by its own sum, and its base-2 logsumexp.
+    seen = l > 0
+    out = acc / tl.where(seen, l, 1.0)[:, None]
+    lse = tl.where(seen, m + tl.math.log2(tl.where(seen, l, 1.0)), float("-inf"))
+    part = (batch * KV_HEADS * GROUP + head) * N_Q + t  # row index of (batch, head, t) in (B * Hq * Nq)
+    tl.store(OPart + (part[:, None] * NUM_SPLITS + split) * HEAD_DIM_PAD + offs_d[None, :], out,
+             mask=row_ok[:, None])
+    tl.store(LsePart + part * NUM_SPLITS + split, lse, mask=row_ok)
+# --8<-- [end:split]
+
+
+# --8<-- [start:merge]
+@triton.jit
+def _decode_merge(OPart, LsePart, Out, Lse, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
+                  NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr):
+    # Grid: (batch * query heads * new queries,). One program merges one row's partial states (chapter 4).
+    row = tl.program_id(0)
+    splits = tl.arange(0, SPLITS_PAD)
+    offs_d = tl.arange(0, HEAD_DIM_PAD)
+    lse = tl.load(LsePart + row * NUM_SPLITS + splits, mask=splits < NUM_SPLITS, other=float("-inf"))
+    o = tl.load(OPart + (row * NUM_SPLITS + splits[:, None]) * HEAD_DIM_PAD + offs_d[None, :],
+                mask=splits[:, None] < NUM_SPLITS, other=0.0)
+    m = tl.max(lse, 0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)  # every split empty: the row saw no key
+    w = tl.math.exp2(lse - m_safe)  # each split's share, up to the common factor 2^m
+    total = tl.sum(w, 0)
+    out = tl.sum(w[:, None] * o, 0) / tl.where(total > 0, total, 1.0)
+    tl.store(Out + row * HEAD_DIM + offs_d, out.to(Out.dtype.element_ty), mask=offs_d < HEAD_DIM)
+    lse_out = (m_safe + tl.math.log2(tl.where(total > 0, total, 1.0))) * 0.6931471805599453  # natural log
+    tl.store(Lse + row, tl.where(total > 0, lse_out, float("-inf")))
+# --8<-- [end:merge]
+
+
+# --8<-- [start:splits]
+def choose_splits(batch: int, kv_heads: int, cache_len: int, sm_count: int) -> int:
+    """How many splits: enough programs for two per SM, but no split shorter than four tiles of keys."""
+    programs = batch * kv_heads
+    wanted = math.ceil(2 * sm_count / programs)
+    return max(1, min(wanted, math.ceil(cache_len / (4 * BLOCK_N))))
+# --8<-- [end:splits]
+
+
+def validate_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor) -> None:
+    """Clear errors for inputs the decode kernels cannot take; each names the argument and the problem."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        check_device(name, t)
+        check_ndim(name, t, 4)
+        check_dtype(name, t, SUPPORTED_DTYPES)
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} must have unit stride along head_dim; pass {name}.contiguous()")
+    check_same_device(q=q, k_cache=k_cache, v_cache=v_cache, cache_lens=cache_lens)
+    check_same_dtype(q=q, k_cache=k_cache, v_cache=v_cache)
+    batch, q_heads, n_q, head_dim = q.shape
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} and "
+                         f"{tuple(v_cache.shape)}")
+    if k_cache.shape[0] != batch or k_cache.shape[3] != head_dim:
+        raise ValueError(f"k_cache must be (batch={batch}, kv_heads, cache_len, head_dim={head_dim}), got "
+                         f"{tuple(k_cache.shape)}")
+    kv_heads = k_cache.shape[1]
+    if kv_heads == 0 or q_heads % kv_heads:
+        raise ValueError(f"the query heads ({q_heads}) must be a multiple of the KV heads ({kv_heads}): each KV "
+                         f"head serves a group of query heads")
+    if not 1 <= n_q <= MAX_QUERIES:
+        raise ValueError(f"decoding takes 1 to {MAX_QUERIES} new queries per sequence, got {n_q}; for a longer "
+                         f"chunk use kernels.flash_attention.attention with causal_alignment='bottom-right'")
+    if not MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim must be between {MIN_HEAD_DIM} and {MAX_HEAD_DIM}, got {head_dim}")
+    if cache_lens.shape != (batch,) or cache_lens.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"cache_lens must be an integer tensor of shape ({batch},), one length per sequence; got "
+                         f"{cache_lens.dtype} of shape {tuple(cache_lens.shape)}")
+
+
+# --8<-- [start:wrapper]
+def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor, *,
+           sm_scale: float | None = None, num_splits: int | None = None, return_lse: bool = False):
+    """softmax(q kᵀ · sm_scale) v for the new queries q (batch, query heads, 1..16, head_dim) against a KV cache
+    (batch, KV heads, capacity, head_dim), of which sequence b uses the first cache_lens[b] positions.
+
+    Bottom-right alignment: query t of sequence b sees keys 0 .. cache_lens[b] - Nq + t. Returns the output
+    (like q), and with return_lse its natural-log logsumexp (batch, query heads, Nq) in fp32; rows that see no
+    key give 0 and -inf. The lengths are not checked against the capacity on the GPU (that would wait for the
+    GPU); a length past the capacity reads past the cache, so keep them within it.
+    """
+    validate_inputs(q, k_cache, v_cache, cache_lens)
+    batch, q_heads, n_q, head_dim = q.shape
+    kv_heads, capacity = k_cache.shape[1], k_cache.shape[2]
+    sm_scale = softmax_scale(sm_scale, head_dim)
+    if kernels.interpreting() and q.dtype == torch.bfloat16:
+        # Triton's CPU interpreter computes tl.dot on bf16 operands wrongly (chapter 5): upcast there only.
+        out, lse = decode(q.float(), k_cache.float(), v_cache.float(), cache_lens, sm_scale=sm_scale,
+                          num_splits=num_splits, return_lse=True)
+        return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
+    if num_splits is None:
+        sm_count = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 2
+        num_splits = choose_splits(batch, kv_heads, capacity, sm_count)
+    if not (isinstance(num_splits, int) and num_splits >= 1):
+        raise ValueError(f"num_splits must be a positive integer, got {num_splits!r}")
+    group = q_heads // kv_heads
+    head_dim_pad = max(triton.next_power_of_2(head_dim), 16)
+    rows = batch * q_heads * n_q
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty((batch, q_heads, n_q), device=q.device, dtype=torch.float32)
+    if rows == 0:
+        return (out, lse) if return_lse else out
+    o_part = torch.empty((rows, num_splits, head_dim_pad), device=q.device, dtype=torch.float32)
+    lse_part = torch.empty((rows, num_splits), device=q.device, dtype=torch.float32)
+    lens = cache_lens.to(torch.int32)
+    split_keys = triton.cdiv(triton.cdiv(max(capacity, 1), num_splits), BLOCK_N) * BLOCK_N
+    _decode_split[(num_splits, batch * kv_heads)](
+        q, k_cache, v_cache, lens, o_part, lse_part, sm_scale * LOG2_E,
+        *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], n_q, kv_heads, split_keys,
+        GROUP=group, ROWS=max(triton.next_power_of_2(group * n_q), 16), HEAD_DIM=head_dim,
+        HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=num_splits, BLOCK_N=BLOCK_N,
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+    _decode_merge[(rows,)](o_part, lse_part, out, lse, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
+                           NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits))
+    return (out, lse) if return_lse else out
+# --8<-- [end:wrapper]

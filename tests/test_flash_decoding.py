@@ -1,0 +1,124 @@
+"""Chapter 12's decode kernels (split-KV and merge, grouped-query attention) against a float64 reference.
+
+Without a GPU they run in Triton's interpreter on small fp32 problems; the @pytest.mark.gpu tests run fp16 and
+bf16 with longer caches.
+"""
+
+import math
+
+import pytest
+import torch
+
+from kernels import flash_decoding as fd
+
+RTOL = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+def reference(q, k_cache, v_cache, cache_lens, sm_scale=None):
+    """(out, lse) in float64, one sequence and head at a time; rows that see no key give 0 and -inf."""
+    batch, q_heads, n_q, d = q.shape
+    group = q_heads // k_cache.shape[1]
+    scale = 1 / math.sqrt(d) if sm_scale is None else sm_scale
+    out = torch.zeros(q.shape, dtype=torch.float64)
+    lse = torch.full((batch, q_heads, n_q), -math.inf, dtype=torch.float64)
+    for b in range(batch):
+        length = int(cache_lens[b])
+        for h in range(q_heads):
+            k = k_cache[b, h // group, :length].double().cpu()
+            v = v_cache[b, h // group, :length].double().cpu()
+            s = q[b, h].double().cpu() @ k.T * scale
+            positions = torch.arange(n_q)[:, None] + length - n_q
+            s = s.masked_fill(torch.arange(length)[None, :] > positions, -math.inf)
+            for t in range(n_q):
+                if torch.isfinite(s[t]).any():
+                    lse[b, h, t] = torch.logsumexp(s[t], 0)
+                    out[b, h, t] = torch.softmax(s[t], 0) @ v
+    return out, lse
+
+
+def make(batch, q_heads, kv_heads, n_q, capacity, d, dtype, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn((batch, q_heads, n_q, d), generator=g).to(device, dtype)
+    k, v = (torch.randn((batch, kv_heads, capacity, d), generator=g).to(device, dtype) for _ in range(2))
+    return q, k, v
+
+
+def check(q, k, v, lens, **kwargs):
+    out, lse = fd.decode(q, k, v, lens, return_lse=True, **kwargs)
+    ref_out, ref_lse = reference(q, k, v, lens.cpu(), kwargs.get("sm_scale"))
+    assert out.shape == q.shape and out.dtype == q.dtype and not torch.isnan(out).any()
+    err = (out.double().cpu() - ref_out).norm() / max(ref_out.norm(), 1e-30)
+    assert err <= RTOL[q.dtype], f"relative error {err:.2e}"
+    seen = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse.cpu()), seen), "rows that see no key must have lse = -inf, others finite"
+    assert torch.allclose(lse.cpu().double()[seen], ref_lse[seen], atol=1e-4)
+    assert torch.all(out.cpu()[~seen] == 0), "rows that see no key must be 0"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# On any machine (the interpreter without a GPU): fp32, small
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 3, 7])  # 7 splits of a 130-key cache: some splits are empty
+@pytest.mark.parametrize(("q_heads", "kv_heads"), [(4, 4), (4, 1), (8, 2)])  # MHA, MQA, GQA with groups of 4
+def test_splits_and_groups_match_float64(num_splits, q_heads, kv_heads, device):
+    q, k, v = make(2, q_heads, kv_heads, 1, 130, 32, torch.float32, device, seed=num_splits + q_heads)
+    check(q, k, v, torch.tensor([130, 77], device=device), num_splits=num_splits)
+
+
+@pytest.mark.parametrize("n_q", [1, 3, 16])
+def test_mixed_lengths_including_empty_and_shorter_than_the_queries(n_q, device):
+    # Lengths 0 (nothing cached), 1, 2 (fewer keys than new queries: the first queries see none), 7 and 65.
+    q, k, v = make(5, 4, 2, n_q, 80, 16, torch.float32, device, seed=n_q)
+    out = check(q, k, v, torch.tensor([0, 1, 2, 7, 65], device=device), num_splits=2)
+    assert torch.all(out[0] == 0)
+
+
+def test_odd_head_dim_custom_scale_and_strided_queries(device):
+    q, k, v = make(1, 4, 2, 2, 50, 24, torch.float32, device)
+    q = torch.randn(1, 2, 4, 24, device=device).transpose(1, 2)  # strided: (B, Nq, H, D) memory seen as (B, H, Nq, D)
+    check(q, k, v, torch.tensor([50], device=device), num_splits=2, sm_scale=0.3)
+
+
+def test_outputs_are_fully_written(device):
+    # Poison the caching allocator: an element the kernels forget to write would come back as NaN.
+    torch.full((1 << 20,), float("nan"), device=device)
+    q, k, v = make(2, 8, 2, 4, 100, 32, torch.float32, device, seed=5)
+    check(q, k, v, torch.tensor([100, 33], device=device), num_splits=4)
+
+
+def test_choose_splits_fills_the_gpu_without_tiny_splits():
+    assert fd.choose_splits(batch=1, kv_heads=8, cache_len=8192, sm_count=132) == 32  # 8 programs -> 33 wanted
+    assert fd.choose_splits(batch=64, kv_heads=8, cache_len=8192, sm_count=132) == 1  # 512 programs already
+    assert fd.choose_splits(batch=1, kv_heads=8, cache_len=300, sm_count=132) == 2  # no split under 4 tiles
+
+
+@pytest.mark.parametrize(("change", "error", "message"), [
+    (lambda a: {**a, "k": a["k"][:, [0, 1, 1]], "v": a["v"][:, [0, 1, 1]]}, ValueError,
+     r"query heads \(8\) must be a multiple of the KV heads \(3\)"),
+    (lambda a: {**a, "q": a["q"].expand(2, 8, 17, 32)}, ValueError, "1 to 16 new queries"),
+    (lambda a: {**a, "lens": a["lens"].float()}, ValueError, "cache_lens must be an integer tensor"),
+    (lambda a: {**a, "lens": a["lens"][:1]}, ValueError, "one length per sequence"),
+    (lambda a: {**a, "v": a["v"][:, :, :10]}, ValueError, "k_cache and v_cache must have one shape"),
+    (lambda a: {**a, "q": a["q"].double()}, TypeError, "dtype float64"),
+])
+def test_bad_input_gets_a_clear_error(change, error, message, device):
+    q, k, v = make(2, 8, 2, 1, 20, 32, torch.float32, device)
+    args = change({"q": q, "k": k, "v": v, "lens": torch.tensor([20, 5], device=device)})
+    with pytest.raises(error, match=message):
+        fd.decode(args["q"], args["k"], args["v"], args["lens"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# On a GPU: half precision, long caches, every split count
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("q_heads", "kv_heads", "n_q"), [(32, 32, 1), (32, 8, 1), (64, 8, 4), (8, 1, 16)])
+@pytest.mark.parametrize("num_splits", [None, 1, 5, 200])  # 200 splits of 4097 keys: many are empty
+def test_gpu_decode(dtype, q_heads, kv_heads, n_q, num_splits):
+    q, k, v = make(3, q_heads, kv_heads, n_q, 4097, 128, dtype, "cuda", seed=q_heads + n_q)
+    torch.full((1 << 26,), float("nan"), device="cuda")
+    check(q, k, v, torch.tensor([4097, 1, 0], device="cuda"), num_splits=num_splits)
