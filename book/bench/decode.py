@@ -1,0 +1,226 @@
+"""Chapter 12: one decode step (one new query per sequence) against a KV cache, in one run: the book's split-KV
+kernel (kernels/flash_decoding.py), every SDPA backend that takes the shapes (with enable_gqa), and chapter 5's
+kernel used naively (K and V repeated to every query head beforehand), each against the bandwidth limit.
+
+Rows of kind "decode": fp16 and bf16, head dim 128, batch {1, 8, 64} x context {1K ... 128K} x (query heads,
+KV heads) {(32, 32), (32, 8), (64, 8)}, skipping shapes whose cache would not leave room for the run. Every
+implementation is checked against the math backend in float32 first, then timed from CUDA graphs in turns
+(chapter 7's timer); the book's kernel is also timed with plain calls (CPU launch cost included). The limit:
+bytes of K and V over the copy bandwidth measured in the same run (a copy's read and write bytes over its time).
+Rows of kind "splits": the book's kernel at batch 1 with every split count from 1 to 64.
+"""
+
+from __future__ import annotations
+
+from book import render
+from book.bench.registry import Benchmark, Progress
+from book.bench.timing import gpu_ms, gpu_ms_interleaved
+
+DTYPES = ["float16", "bfloat16"]
+HEAD_DIM = 128
+BATCHES = [1, 8, 64]
+CONTEXTS = [1024, 8192, 32768, 131072]
+HEADS = [(32, 32), (32, 8), (64, 8)]
+MAX_CACHE_BYTES = 24 * 2**30  # K and V together; larger shapes are left out (the naive column repeats them)
+SPLIT_COUNTS = [1, 2, 4, 8, 16, 32, 64]
+COPY_BYTES = 2 * 2**30
+MiB = 2**20
+TARGET_PEER = 1.0  # the book's kernel / the fastest SDPA backend, every row
+TARGET_LARGE = 0.85  # share of the bandwidth limit where K and V are at least LARGE_BYTES
+LARGE_BYTES = 256 * MiB
+TARGET_SMALL = 0.60  # share of the limit at batch 1 with an 8K context
+SDPA_BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION",
+                 "sdpa_cudnn": "CUDNN_ATTENTION", "sdpa_math": "MATH"}
+NAMES = {"ours": "chapter 12's split-KV", "naive": "chapter 5's kernel, K and V repeated",
+         "sdpa_flash": "FlashAttention-2", "sdpa_efficient": "memory-efficient", "sdpa_cudnn": "cuDNN",
+         "sdpa_math": "math"}
+
+
+def _copy_bandwidth() -> float:
+    """Bytes per second of a device-to-device copy, counting the bytes read and the bytes written."""
+    import torch
+
+    src = torch.randn(COPY_BYTES // 4, device="cuda")
+    dst = torch.empty_like(src)
+
+    def copy():
+        dst.copy_(src)
+
+    copy()
+    return 2 * COPY_BYTES / (gpu_ms_interleaved({"copy": copy})["copy"] * 1e-3)
+
+
+def _implementations(q, k, v, group: int) -> dict:
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kernels import flash_attention, flash_decoding
+
+    lens = torch.full((q.shape[0],), k.shape[2], device="cuda", dtype=torch.int32)
+
+    def sdpa(backend):
+        def fn():
+            with sdpa_kernel(getattr(SDPBackend, backend)):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=group > 1)
+        return fn
+
+    k_all, v_all = (t.repeat_interleave(group, dim=1) for t in (k, v))  # outside the timer
+    return {"ours": lambda: flash_decoding.decode(q, k, v, lens),
+            "naive": lambda: flash_attention.attention(q, k_all, v_all),
+            **{name: sdpa(backend) for name, backend in SDPA_BACKENDS.items()}}
+
+
+def _decode_row(dtype_name: str, batch: int, context: int, heads: tuple[int, int], bandwidth: float,
+                progress: Progress) -> dict | None:
+    import torch
+
+    q_heads, kv_heads = heads
+    kv_bytes = 2 * batch * kv_heads * context * HEAD_DIM * 2
+    if kv_bytes * q_heads // kv_heads > MAX_CACHE_BYTES:  # the naive column repeats K and V to every head
+        return None
+    dtype = getattr(torch, dtype_name)
+    q = torch.randn(batch, q_heads, 1, HEAD_DIM, device="cuda", dtype=dtype)
+    k, v = (torch.randn(batch, kv_heads, context, HEAD_DIM, device="cuda", dtype=dtype) for _ in range(2))
+    expected = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                                                enable_gqa=kv_heads < q_heads)
+    fns = {}
+    row = {"kind": "decode", "dtype": dtype_name, "batch": batch, "context": context, "q_heads": q_heads,
+           "kv_heads": kv_heads, "kv_bytes": kv_bytes, "limit_us": kv_bytes / bandwidth * 1e6}
+    for name, fn in _implementations(q, k, v, q_heads // kv_heads).items():
+        try:
+            err = ((fn().float() - expected).norm() / expected.norm()).item()
+        except RuntimeError as error:  # a pinned backend that refuses the shapes, or runs out of memory
+            torch.cuda.empty_cache()
+            row[f"{name}_error"] = str(error).splitlines()[0][:100]
+            continue
+        assert err < 2e-2, f"{name}: wrong decode output at {row}: relative error {err:.2e}"
+        fns[name] = fn
+    torch.cuda.synchronize()
+    times = gpu_ms_interleaved(fns)
+    for name in NAMES:
+        us = times.get(name)
+        row[f"{name}_us"] = None if us is None else us * 1e3
+        row[f"{name}_share"] = None if us is None else row["limit_us"] / row[f"{name}_us"]
+    row["ours_plain_us"] = gpu_ms(fns["ours"]) * 1e3  # plain calls: what a Python loop without graphs sees
+    progress(f"{dtype_name} B={batch} L={context} H={q_heads}/{kv_heads}: ours {row['ours_us']:.1f} us "
+             f"({row['ours_share']:.0%} of the limit)")
+    return row
+
+
+def _splits_rows(bandwidth: float, progress: Progress) -> list[dict]:
+    import torch
+
+    from kernels import flash_decoding
+
+    rows = []
+    for context in (8192, 131072):
+        q = torch.randn(1, 32, 1, HEAD_DIM, device="cuda", dtype=torch.float16)
+        k, v = (torch.randn(1, 8, context, HEAD_DIM, device="cuda", dtype=torch.float16) for _ in range(2))
+        lens = torch.full((1,), context, device="cuda", dtype=torch.int32)
+        fns = {s: (lambda s=s, q=q, k=k, v=v, lens=lens: flash_decoding.decode(q, k, v, lens, num_splits=s))
+               for s in SPLIT_COUNTS}
+        for fn in fns.values():
+            fn()
+        times = gpu_ms_interleaved({str(s): fn for s, fn in fns.items()})
+        kv_bytes = 2 * 8 * context * HEAD_DIM * 2
+        for s in SPLIT_COUNTS:
+            us = times[str(s)] * 1e3
+            rows.append({"kind": "splits", "context": context, "splits": s, "us": us,
+                         "share": kv_bytes / bandwidth * 1e6 / us})
+        progress(f"splits at L={context}: " + ", ".join(f"{r['splits']}: {r['us']:.1f} us" for r in rows[-7:]))
+    return rows
+
+
+def run(progress: Progress) -> list[dict]:
+    bandwidth = _copy_bandwidth()
+    progress(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
+    rows = [{"kind": "copy", "bytes_per_s": bandwidth}]
+    for dtype in DTYPES:
+        for heads in HEADS:
+            for batch in BATCHES:
+                for context in CONTEXTS:
+                    row = _decode_row(dtype, batch, context, heads, bandwidth, progress)
+                    if row is not None:
+                        rows.append(row)
+    return rows + _splits_rows(bandwidth, progress)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Views
+
+
+def _rows(result: dict, kind: str) -> list[dict]:
+    return [r for r in result["rows"] if r["kind"] == kind]
+
+
+def _best_peer(row: dict) -> float | None:
+    peers = [row.get(f"{name}_us") for name in SDPA_BACKENDS]
+    return min((t for t in peers if t is not None), default=None)
+
+
+def table(result: dict) -> str:
+    """Latency and share of the bandwidth limit per row, fp16: the book's kernel, chapter 5's, every backend."""
+    body = []
+    for r in _rows(result, "decode"):
+        if r["dtype"] != "float16":
+            continue
+        best = _best_peer(r)
+        heads = f"{r['q_heads']}/{r['kv_heads']}"
+        body.append([r["batch"], f"{r['context']:,}", heads, f"{r['kv_bytes'] / MiB:,.0f}",
+                     f"{r['limit_us']:.1f}", f"{r['ours_us']:.1f} ({r['ours_share']:.0%})", f"{r['ours_plain_us']:.1f}",
+                     *(None if r.get(f"{n}_us") is None else f"{r[f'{n}_us']:.1f}" for n in ("naive", *SDPA_BACKENDS)),
+                     None if best is None else f"{best / r['ours_us']:.2f}×"])
+    return render.table(["batch", "context", "heads q/kv", "K+V MiB", "limit µs", "ours µs (of limit)",
+                         "ours, plain calls", "ch. 5", "FA2", "mem-eff.", "cuDNN", "math", "ours / best SDPA"],
+                        body) + (
+        "\n\nMicroseconds per decode step, fp16, head dim 128, from CUDA graphs taken in turns; the limit is the "
+        "bytes of K and V over the copy bandwidth measured in the same run. — means the backend refused.")
+
+
+def targets(result: dict) -> str:
+    """Where the book's kernel meets its three targets, and where not."""
+    rows = _rows(result, "decode")
+    peer = [r for r in rows if _best_peer(r)]
+    beat = sum(_best_peer(r) / r["ours_us"] >= TARGET_PEER for r in peer)
+    large = [r for r in rows if r["kv_bytes"] >= LARGE_BYTES]
+    small = [r for r in rows if r["batch"] == 1 and r["context"] == 8192]
+    large_met = sum(r["ours_share"] >= TARGET_LARGE for r in large)
+    small_shares = ", ".join(f"{r['dtype']} {r['q_heads']}/{r['kv_heads']} heads {r['ours_share']:.0%}" for r in small)
+    return (f"At or above the fastest SDPA backend in {beat} of {len(peer)} rows (target: all). At least "
+            f"{TARGET_LARGE:.0%} of the bandwidth limit in {large_met} of the {len(large)} rows with at least "
+            f"{LARGE_BYTES // MiB} MiB of K and V (target: all). At batch 1 with an 8K context: {small_shares} of the "
+            f"limit (target: {TARGET_SMALL:.0%}).")
+
+
+def splits_table(result: dict) -> str:
+    """The book's kernel at batch 1 with every split count."""
+    rows = _rows(result, "splits")
+    contexts = sorted({r["context"] for r in rows})
+    by = {(r["context"], r["splits"]): r for r in rows}
+    body = [[s, *(f"{by[(c, s)]['us']:.1f} ({by[(c, s)]['share']:.0%})" for c in contexts)] for s in SPLIT_COUNTS]
+    return render.table(["splits", *(f"context {c:,}: µs (of limit)" for c in contexts)], body) + (
+        "\n\nBatch 1, 32 query heads on 8 KV heads, head dim 128, fp16.")
+
+
+def plot(result: dict):
+    """Share of the bandwidth limit against context, fp16, 32 query heads on 8 KV heads, one line per batch."""
+    series = {}
+    for batch in BATCHES:
+        for name in ("ours", "sdpa_flash", "sdpa_cudnn"):
+            chosen = sorted((r for r in _rows(result, "decode") if r["dtype"] == "float16" and r["batch"] == batch
+                             and (r["q_heads"], r["kv_heads"]) == (32, 8)), key=lambda r: r["context"])
+            series[f"{NAMES[name]}, batch {batch}"] = ([r["context"] for r in chosen],
+                                                       [r.get(f"{name}_share") for r in chosen])
+    return render.line_plot(series, xlabel="context (keys per sequence)", ylabel="share of the bandwidth limit",
+                            title="One decode step, fp16, 32 query heads on 8 KV heads, head dim 128")
+
+
+BENCHMARK = Benchmark(
+    name="decode",
+    chapter="ch12",
+    title="Chapter 12: one decode step against the bandwidth limit and every SDPA backend",
+    sources=["kernels/flash_decoding.py", "kernels/flash_attention.py", "book/bench/decode.py"],
+    run=run,
+    views={"table": table, "targets": targets, "splits": splits_table, "plot": plot},
+    awaiting_gpu="issue 21: the decode benchmark's first GPU run",
+)

@@ -1,0 +1,45 @@
+"""Chapter 12's decode benchmark views, fed a small fake result (no GPU needed; nothing is written)."""
+
+from book.bench import decode as bench
+
+
+def _row(dtype, batch, context, heads, ours_us, flash_us, cudnn_us=None):
+    kv_bytes = 2 * batch * heads[1] * context * 128 * 2
+    limit_us = kv_bytes / 3.0e12 * 1e6
+    row = {"kind": "decode", "dtype": dtype, "batch": batch, "context": context, "q_heads": heads[0],
+           "kv_heads": heads[1], "kv_bytes": kv_bytes, "limit_us": limit_us, "ours_plain_us": ours_us + 20}
+    for name, us in (("ours", ours_us), ("naive", 4 * ours_us), ("sdpa_flash", flash_us), ("sdpa_efficient", None),
+                     ("sdpa_cudnn", cudnn_us), ("sdpa_math", 10 * ours_us)):
+        row[f"{name}_us"] = us
+        row[f"{name}_share"] = None if us is None else limit_us / us
+    return row
+
+
+RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 3.0e12},
+                   _row("float16", 1, 8192, (32, 8), ours_us=20.0, flash_us=25.0),
+                   _row("float16", 64, 131072, (32, 8), ours_us=3000.0, flash_us=2900.0, cudnn_us=3100.0),
+                   _row("bfloat16", 1, 8192, (32, 8), ours_us=18.0, flash_us=25.0),
+                   *({"kind": "splits", "context": c, "splits": s, "us": 100.0 / s, "share": s / 100}
+                     for c in (8192, 131072) for s in bench.SPLIT_COUNTS)]}
+
+
+def test_targets_count_each_target_and_name_the_small_case():
+    text = bench.targets(RESULT)
+    assert "fastest SDPA backend in 2 of 3 rows" in text  # the 64 x 128K row is slower than FlashAttention-2
+    assert "in 1 of the 1 rows with at least 256 MiB" in text  # 16 GiB of K and V: only the batch-64 row
+    assert "float16 32/8 heads 56%" in text and "bfloat16 32/8 heads 62%" in text  # 11.2 us over 20 and over 18
+
+
+def test_table_shows_fp16_rows_and_refusals():
+    text = bench.table(RESULT)
+    assert text.count("\n| 1 | 8,192 |") == 1 and "| 64 | 131,072 |" in text
+    assert "| — |" in text  # the memory-efficient backend refused in every fake row
+    assert "1.25×" in text  # FlashAttention-2's 25 us over ours 20 us
+
+
+def test_splits_table_has_one_line_per_split_count():
+    assert bench.splits_table(RESULT).count("\n|") == len(bench.SPLIT_COUNTS) + 1
+
+
+def test_plot_draws():
+    assert bench.plot(RESULT) is not None

@@ -1,0 +1,12 @@
+"""Chapter 12 snippets: each prints what its page shows, and what it prints is true."""
+
+from book import snippets
+
+
+def test_decode_step_counts_programs_bytes_and_merges_exactly():
+    stored, fresh = snippets.check("snippets/ch12/decode_step.py")
+    assert fresh == stored
+    assert "K and V of the cache: 32 MiB; 134 MFLOP; 4.0 FLOP per byte (the group size is 4)" in fresh
+    assert "chapter 5's kernel: 32 programs for 132 SMs; reads 128 MiB (4x the cache)" in fresh
+    assert "33 splits x 8 KV heads = 264 programs" in fresh  # two programs per SM at least
+    assert "4 splits merged equal the direct softmax: True" in fresh
