@@ -10,3 +10,11 @@ def test_decode_step_counts_programs_bytes_and_merges_exactly():
     assert "chapter 5's kernel: 32 programs for 132 SMs; reads 128 MiB (4x the cache)" in fresh
     assert "33 splits x 8 KV heads = 264 programs" in fresh  # two programs per SM at least
     assert "4 splits merged equal the direct softmax: True" in fresh
+
+
+def test_chunked_prefill_equals_one_causal_pass_only_bottom_right():
+    stored, fresh = snippets.check("snippets/ch12/chunked_prefill.py")
+    assert fresh == stored
+    assert "chunk 64-95: 32 queries against a cache of 96 keys" in fresh
+    assert "chunks equal the single pass: True" in fresh
+    assert "with top-left alignment instead: False" in fresh  # query 32 would see only key 0 .. 32 - 32
