@@ -357,3 +357,40 @@ def test_backward_widget_steps_through_both_kernels(page):
     counts = dict((cells[0], cells[1]) for cells in read_table(page, "#bw .fa-stepper__state table"))
     assert counts["atomic adds of a dQ block"] == "3" and counts["matrix products in all"] == "15"
     assert not page.errors
+
+
+# ---------------------------------------------------------------- chapter 12's split-KV
+
+
+@pytest.mark.parametrize(("n", "splits"), [(8, 1), (8, 3), (8, 6), (12, 4), (6, 4)])
+def test_split_kv_states_and_merge_match_numpy(page, n, splits):
+    rng = np.random.default_rng(n * 10 + splits)
+    x, V = rng.standard_normal(n) * 3, rng.standard_normal((n, 2))
+    got = page.evaluate("args => faStepper.splitKV(args)", {"x": x.tolist(), "V": V.tolist(), "splits": splits})
+    size = math.ceil(n / splits)
+    for s, part in enumerate(got["parts"]):
+        keys = slice(min(s * size, n), min(s * size + size, n))
+        if keys.start == keys.stop:  # an empty split: no key, no weight
+            assert part["lse"] is None or part["lse"] == -math.inf or part["l"] == 0
+            assert got["weights"][s] == 0 and part["o"] == [0, 0]
+            continue
+        e = np.exp(x[keys] - x[keys].max())
+        assert math.isclose(part["lse"], x[keys].max() + math.log(e.sum()), rel_tol=1e-12)
+        assert np.allclose(part["o"], e @ V[keys] / e.sum(), rtol=1e-12)
+    softmax = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
+    assert np.allclose(got["out"], softmax @ V, rtol=1e-12)
+    assert math.isclose(got["lse"], x.max() + math.log(np.exp(x - x.max()).sum()), rel_tol=1e-12)
+
+
+def test_split_kv_widget_steps_through_splits_then_merges(page):
+    _mount(page, '<div class="fa-stepper" data-stepper="split-kv" id="sk" data-n="8" data-splits="6"></div>')
+    assert page.get_attribute("#sk", "data-total") == "7"  # six splits, then the merge
+    for _ in range(5):
+        page.click("#sk [data-action=step]")
+    assert "split 4, empty (past the last key)" in page.inner_text("#sk .fa-stepper__status")
+    page.click("#sk [data-action=end]")
+    rows = read_table(page, "#sk .fa-stepper__state table")
+    assert [r[1] for r in rows] == ["0\u20131", "2\u20133", "4\u20135", "6\u20137", "none", "none"]
+    assert [r[-1] for r in rows][-2:] == ["0.0000", "0.0000"]  # empty splits get no weight
+    assert page.get_attribute("#sk .fa-stepper__verdict", "data-equal") == "true"
+    assert not page.errors

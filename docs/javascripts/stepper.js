@@ -1,4 +1,5 @@
-// Interactive steppers for online softmax (chapter 4), FlashAttention (chapter 5) and its backward loop order (chapter 10).
+// Interactive steppers for online softmax (chapter 4), FlashAttention (chapter 5), its backward loop order
+// (chapter 10) and split-KV decoding (chapter 12).
 //
 // Plain JavaScript, no libraries, no network. The page holds an empty container that the book's MkDocs
 // hook writes for a line `<!-- stepper: NAME -->`:
@@ -15,6 +16,8 @@
 //     faStepper.onlineSoftmax({x, V, block})               -> {trace: [{block, start, stop, m, l, acc}], p, out}
 //     faStepper.backwardOrder({n, blockM, blockN, causal, dq}) -> {steps: [{kernel, program, q_block, k_block, kind,
 //         products}], skipped, products, qBlocks, kBlocks}
+//     faStepper.splitKV({x, V, splits})                    -> {parts: [{split, start, stop, m, l, lse, o}], weights,
+//         out, lse}
 (function () {
   "use strict";
 
@@ -177,6 +180,37 @@
     const e = x.map((xi) => Math.exp(xi - mx));
     const total = e.reduce((a, b) => a + b, 0);
     return e.map((ei) => ei / total);
+  }
+
+  // Chapter 12's split-KV: the entries of one row of scores x (with a row of V each) cut into `splits` ranges of
+  // equal length; each range's softmax state (m, l, its own normalized output o and its logsumexp lse), then the
+  // exact merge with weights exp(lse - max lse). A range past the end is empty: lse = -inf, o = 0, weight 0.
+  function splitKV({ x, V, splits }) {
+    const d = V[0].length;
+    const size = Math.ceil(x.length / splits);
+    const parts = [];
+    for (let s = 0; s < splits; s++) {
+      const start = Math.min(s * size, x.length);
+      const stop = Math.min(start + size, x.length);
+      if (start === stop) {
+        parts.push({ split: s, start, stop, m: -Infinity, l: 0, lse: -Infinity, o: new Array(d).fill(0) });
+        continue;
+      }
+      const m = Math.max(...x.slice(start, stop));
+      let l = 0;
+      const acc = new Array(d).fill(0);
+      for (let k = start; k < stop; k++) {
+        const p = Math.exp(x[k] - m);
+        l += p;
+        for (let c = 0; c < d; c++) acc[c] += p * V[k][c];
+      }
+      parts.push({ split: s, start, stop, m, l, lse: m + Math.log(l), o: acc.map((a) => a / l) });
+    }
+    const top = Math.max(...parts.map((p) => p.lse));
+    const weights = parts.map((p) => Math.exp(p.lse - top));
+    const total = weights.reduce((a, b) => a + b, 0);
+    const out = Array.from({ length: d }, (_, c) => parts.reduce((a, p, s) => a + weights[s] * p.o[c], 0) / total);
+    return { parts, weights: weights.map((w) => w / total), out, lse: top + Math.log(total) };
   }
 
   // ---------------------------------------------------------------- page helpers
@@ -765,9 +799,94 @@
     build();
   }
 
+  // ---------------------------------------------------------------- the split-KV stepper (chapter 12)
+
+  function mountSplitKV(root) {
+    const params = { seed: intData(root, "seed", 5), n: intData(root, "n", 8), splits: intData(root, "splits", 3) };
+    const state = { step: 0, total: () => params.splits + 1 }; // one step per split, then the merge
+
+    const status = el("p", { class: "fa-stepper__status", role: "status", "aria-live": "polite" });
+    const controls = transport(root, state, render);
+    const form = el("div", { class: "fa-stepper__controls" });
+    const strip = el("div", { class: "fa-stepper__scroll", tabindex: "0", "aria-label": "Scores and values, scrolls sideways" });
+    const parts = el("div", { class: "fa-stepper__state" });
+    const final = el("div", { class: "fa-stepper__final" });
+
+    function build() {
+      const rand = mulberry32(params.seed);
+      state.x = Array.from({ length: params.n }, () => Math.round((rand() * 8 - 4) * 10) / 10 + 0);
+      state.V = matrix(rand, params.n, 2);
+      state.result = splitKV({ x: state.x, V: state.V, splits: params.splits });
+      state.step = Math.min(state.step, state.total());
+      const changed = (name) => (event) => {
+        const value = parseInt(event.target.value, 10);
+        if (!Number.isFinite(value)) return;
+        params[name] = value;
+        controls.stop();
+        state.step = 0;
+        build();
+      };
+      form.replaceChildren(
+        numberInput("Seed", "seed", params.seed, 0, 99999, changed("seed")),
+        select("Keys", "n", [6, 8, 12], params.n, changed("n")),
+        select("Splits", "splits", [1, 2, 3, 4, 6], params.splits, changed("splits")),
+      );
+      render();
+    }
+
+    function render() {
+      const total = state.total();
+      const { parts: states } = state.result;
+      const merging = state.step === total;
+      const now = state.step > 0 && !merging ? states[state.step - 1] : null;
+      status.textContent = merging
+        ? `Step ${state.step} of ${total}: the merge, with weights exp(lse \u2212 max lse).`
+        : now
+          ? `Step ${state.step} of ${total}: split ${now.split}${now.start === now.stop ? ", empty (past the last key)" : ` (keys ${now.start}\u2013${now.stop - 1})`}.`
+          : `Step 0 of ${total}: ${params.splits} programs, one per split, then one merge. Press Step or the right arrow key.`;
+      root.dataset.step = String(state.step);
+      root.dataset.total = String(total);
+      const size = Math.ceil(params.n / params.splits);
+      const cellClass = (k) => {
+        const s = Math.floor(k / size);
+        const classes = ["fa-cell"];
+        if (k % size === 0) classes.push("is-tile-left");
+        if (now && s === now.split) classes.push("is-current");
+        else if (s < state.step) classes.push("is-done");
+        return classes.join(" ");
+      };
+      const line = (name, values) => el("div", { class: "fa-row", role: "row" }, [el("div", { class: "fa-cell fa-cell--head", role: "rowheader", text: name })].concat(values.map((v, k) => el("div", { class: cellClass(k), role: "gridcell", text: fmt(v, 1) }))));
+      const grid = el("div", { class: "fa-stepper__grid", role: "grid", "aria-readonly": "true", "aria-label": `Scores x and values V, in splits of ${size}` },
+        [line("x", state.x), line("V[:, 0]", state.V.map((v) => v[0])), line("V[:, 1]", state.V.map((v) => v[1]))]);
+      grid.style.setProperty("--fa-columns", params.n + 1);
+      strip.replaceChildren(grid);
+      const done = states.slice(0, Math.min(state.step, params.splits));
+      const body = done.map((p, s) => [String(p.split), p.start === p.stop ? "none" : `${p.start}\u2013${p.stop - 1}`, fmt(p.m, 4), fmt(p.l, 4), fmt(p.lse, 4), fmt(p.o[0], 4), fmt(p.o[1], 4), merging ? fmt(state.result.weights[s], 4) : ""]);
+      parts.replaceChildren(body.length
+        ? table("Each split's state: its own softmax, normalized by its own sum", ["split", "keys", "m", "l", "lse", "o[0]", "o[1]", "merge weight"], body)
+        : el("p", { class: "fa-stepper__note", text: "Each program sees only its split of the keys: it knows neither the global max nor the global sum." }));
+      if (!merging) {
+        final.replaceChildren(el("p", { class: "fa-stepper__note", text: "After the merge: the weighted sum of the splits' outputs beside the softmax over all keys." }));
+        return;
+      }
+      const exact = exactSoftmax(state.x);
+      const exactOut = [0, 1].map((c) => exact.reduce((a, p, k) => a + p * state.V[k][c], 0));
+      const ours = state.result.out.map((o) => fmt(o, 4));
+      const theirs = exactOut.map((o) => fmt(o, 4));
+      const equal = ours.join() === theirs.join();
+      final.replaceChildren(
+        table("The merged output beside softmax(x) V over all keys", ["", "out[0]", "out[1]"], [["merged"].concat(ours), ["exact"].concat(theirs)]),
+        el("p", { class: "fa-stepper__verdict", "data-equal": String(equal), text: equal ? "Equal to 4 decimals." : "Different at 4 decimals." }),
+      );
+    }
+
+    root.replaceChildren(form, controls.bar, status, strip, parts, final);
+    build();
+  }
+
   // ---------------------------------------------------------------- mounting
 
-  const widgets = { "flash-attention": mountFlashAttention, "online-softmax": mountOnlineSoftmax, backward: mountBackward };
+  const widgets = { "flash-attention": mountFlashAttention, "online-softmax": mountOnlineSoftmax, backward: mountBackward, "split-kv": mountSplitKV };
 
   function mountAll() {
     for (const root of document.querySelectorAll(".fa-stepper[data-stepper]:not([data-mounted])")) {
@@ -778,7 +897,7 @@
     }
   }
 
-  window.faStepper = { mulberry32, inputs, flashAttention, exactAttention, onlineSoftmax, exactSoftmax, tileKind, backwardOrder, mountAll };
+  window.faStepper = { mulberry32, inputs, flashAttention, exactAttention, onlineSoftmax, exactSoftmax, tileKind, backwardOrder, splitKV, mountAll };
 
   if (typeof document$ !== "undefined") {
     document$.subscribe(mountAll); // Material's page-load stream (instant navigation too)
