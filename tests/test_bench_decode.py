@@ -35,6 +35,7 @@ def test_table_shows_fp16_rows_and_refusals():
     assert text.count("\n| 1 | 8,192 |") == 1 and "| 64 | 131,072 |" in text
     assert "| — |" in text  # the memory-efficient backend refused in every fake row
     assert "1.25×" in text  # FlashAttention-2's 25 us over ours 20 us
+    assert "| 1,678 |" in text  # 33,554,432 bytes of K and V in 20 us
 
 
 def test_splits_table_has_one_line_per_split_count():

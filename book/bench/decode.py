@@ -167,12 +167,13 @@ def table(result: dict) -> str:
         best = _best_peer(r)
         heads = f"{r['q_heads']}/{r['kv_heads']}"
         body.append([r["batch"], f"{r['context']:,}", heads, f"{r['kv_bytes'] / MiB:,.0f}",
-                     f"{r['limit_us']:.1f}", f"{r['ours_us']:.1f} ({r['ours_share']:.0%})", f"{r['ours_plain_us']:.1f}",
+                     f"{r['limit_us']:.1f}", f"{r['ours_us']:.1f} ({r['ours_share']:.0%})",
+                     f"{r['kv_bytes'] / r['ours_us'] / 1e3:,.0f}", f"{r['ours_plain_us']:.1f}",
                      *(None if r.get(f"{n}_us") is None else f"{r[f'{n}_us']:.1f}" for n in ("naive", *SDPA_BACKENDS)),
                      None if best is None else f"{best / r['ours_us']:.2f}×"])
-    return render.table(["batch", "context", "heads q/kv", "K+V MiB", "limit µs", "ours µs (of limit)",
-                         "ours, plain calls", "ch. 5", "FA2", "mem-eff.", "cuDNN", "math", "ours / best SDPA"],
-                        body) + (
+    headers = ["batch", "context", "heads q/kv", "K+V MiB", "limit µs", "ours µs (of limit)", "ours GB/s",
+               "ours, plain calls", "ch. 5", "FA2", "mem-eff.", "cuDNN", "math", "ours / best SDPA"]
+    return render.table(headers, body) + (
         "\n\nMicroseconds per decode step, fp16, head dim 128, from CUDA graphs taken in turns; the limit is the "
         "bytes of K and V over the copy bandwidth measured in the same run. — means the backend refused.")
 
