@@ -15,9 +15,10 @@ Two changes fix that:
   a KV head sit in one program, as rows of one tile, so K and V are read once per group instead of once per
   query head.
 
-Queries are aligned bottom-right (chapter 6): with a cache of length L and Nq new queries, query t sits at
-position L - Nq + t and sees keys 0 .. L - Nq + t. Each sequence has its own length (`cache_lens`); a length
-of 0 gives output 0 and logsumexp -inf.
+The cache is allocated once, with room for `capacity` positions; sequence b uses the first cache_lens[b], which
+include the new tokens (their keys and values join the cache before attention). Queries are aligned
+bottom-right (chapter 6): with Nq new queries and length L, query t sits at position L - Nq + t and sees keys
+0 .. L - Nq + t. A length of 0 gives output 0 and logsumexp -inf.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ LOG2_E = 1.4426950408889634
 LN_2 = 0.6931471805599453
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_QUERIES = 16  # new queries per sequence: one token, or a few with speculative decoding
+MAX_ROWS = 128  # query heads per KV head x new queries: the rows of one program's tile
 MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
 BLOCK_N = 64  # keys per tile
 
@@ -43,14 +45,14 @@ BLOCK_N = 64  # keys per tile
 @triton.jit
 def _decode_split(Q, K, V, Lens, OPart, LsePart, qk_scale,
                   stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
-                  stride_vb, stride_vh, stride_vn, N_Q, KV_HEADS, SPLIT_KEYS,
+                  stride_vb, stride_vh, stride_vn, N_Q, KV_HEADS, SPLIT_KEYS, CAPACITY,
                   GROUP: tl.constexpr, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                   NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Grid: (splits, batch * KV heads). One program: the keys [split * SPLIT_KEYS, ...) of one KV head, against
     # every query of the GROUP query heads that share it (GROUP * N_Q rows of one tile).
     split = tl.program_id(0)
-    batch = tl.program_id(1) // KV_HEADS
-    kv_head = tl.program_id(1) % KV_HEADS
+    batch = (tl.program_id(1) // KV_HEADS).to(tl.int64)  # 64-bit: batch x stride passes 2^31 on long caches
+    kv_head = (tl.program_id(1) % KV_HEADS).to(tl.int64)
     length = tl.load(Lens + batch)
 
     rows = tl.arange(0, ROWS)
@@ -67,7 +69,7 @@ def _decode_split(Q, K, V, Lens, OPart, LsePart, qk_scale,
     l = tl.zeros([ROWS], tl.float32)
     acc = tl.zeros([ROWS, HEAD_DIM_PAD], tl.float32)
     lo = split * SPLIT_KEYS
-    hi = tl.minimum(lo + SPLIT_KEYS, length)  # keys past the sequence's length are never read
+    hi = tl.minimum(tl.minimum(lo + SPLIT_KEYS, length), CAPACITY)  # nothing past the length or the cache
     k_base = K + batch * stride_kb + kv_head * stride_kh
     v_base = V + batch * stride_vb + kv_head * stride_vh
     for start in range(lo, hi, BLOCK_N):
@@ -101,7 +103,7 @@ def _decode_split(Q, K, V, Lens, OPart, LsePart, qk_scale,
 def _decode_merge(OPart, LsePart, Out, Lse, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                   NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr):
     # Grid: (batch * query heads * new queries,). One program merges one row's partial states (chapter 4).
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)
     splits = tl.arange(0, SPLITS_PAD)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     lse = tl.load(LsePart + row * NUM_SPLITS + splits, mask=splits < NUM_SPLITS, other=float("-inf"))
@@ -119,11 +121,11 @@ def _decode_merge(OPart, LsePart, Out, Lse, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD
 
 
 # --8<-- [start:splits]
-def choose_splits(batch: int, kv_heads: int, cache_len: int, sm_count: int) -> int:
-    """How many splits: enough programs for two per SM, but no split shorter than four tiles of keys."""
+def choose_splits(batch: int, kv_heads: int, capacity: int, sm_count: int) -> int:
+    """How many splits: enough programs for two per SM, but no split of the cache shorter than four tiles."""
     programs = batch * kv_heads
     wanted = math.ceil(2 * sm_count / programs)
-    return max(1, min(wanted, math.ceil(cache_len / (4 * BLOCK_N))))
+    return max(1, min(wanted, capacity // (4 * BLOCK_N)))
 # --8<-- [end:splits]
 
 
@@ -151,6 +153,9 @@ def validate_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     if not 1 <= n_q <= MAX_QUERIES:
         raise ValueError(f"decoding takes 1 to {MAX_QUERIES} new queries per sequence, got {n_q}; for a longer "
                          f"chunk use kernels.flash_attention.attention with causal_alignment='bottom-right'")
+    if q_heads // kv_heads * n_q > MAX_ROWS:
+        raise ValueError(f"{q_heads // kv_heads} query heads per KV head x {n_q} new queries = "
+                         f"{q_heads // kv_heads * n_q} rows in one program; at most {MAX_ROWS}: pass fewer queries")
     if not MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM:
         raise ValueError(f"head_dim must be between {MIN_HEAD_DIM} and {MAX_HEAD_DIM}, got {head_dim}")
     if cache_lens.shape != (batch,) or cache_lens.dtype not in (torch.int32, torch.int64):
@@ -160,23 +165,30 @@ def validate_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
 
 # --8<-- [start:wrapper]
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor, *,
-           sm_scale: float | None = None, num_splits: int | None = None, return_lse: bool = False):
+           sm_scale: float | None = None, num_splits: int | None = None, return_lse: bool = False,
+           check_lengths: bool = True):
     """softmax(q kᵀ · sm_scale) v for the new queries q (batch, query heads, 1..16, head_dim) against a KV cache
     (batch, KV heads, capacity, head_dim), of which sequence b uses the first cache_lens[b] positions.
 
-    Bottom-right alignment: query t of sequence b sees keys 0 .. cache_lens[b] - Nq + t. Returns the output
-    (like q), and with return_lse its natural-log logsumexp (batch, query heads, Nq) in fp32; rows that see no
-    key give 0 and -inf. The lengths are not checked against the capacity on the GPU (that would wait for the
-    GPU); a length past the capacity reads past the cache, so keep them within it.
+    The new tokens' keys and values are already in the cache, and cache_lens counts them: query t of sequence b
+    sits at position cache_lens[b] - Nq + t and sees keys 0 .. that position (bottom-right alignment). Returns
+    the output (like q), and with return_lse its natural-log logsumexp (batch, query heads, Nq) in fp32; rows
+    that see no key give 0 and -inf. check_lengths=False skips the check that every length is between 0 and the
+    capacity, which makes the host wait for the GPU; the kernel then reads at most the capacity.
     """
     validate_inputs(q, k_cache, v_cache, cache_lens)
+    if check_lengths and cache_lens.numel():
+        low, high = int(cache_lens.min()), int(cache_lens.max())
+        if low < 0 or high > k_cache.shape[2]:
+            raise ValueError(f"cache_lens must be between 0 and the cache's capacity {k_cache.shape[2]}, got "
+                             f"{low} to {high}")
     batch, q_heads, n_q, head_dim = q.shape
     kv_heads, capacity = k_cache.shape[1], k_cache.shape[2]
     sm_scale = softmax_scale(sm_scale, head_dim)
     if kernels.interpreting() and q.dtype == torch.bfloat16:
         # Triton's CPU interpreter computes tl.dot on bf16 operands wrongly (chapter 5): upcast there only.
         out, lse = decode(q.float(), k_cache.float(), v_cache.float(), cache_lens, sm_scale=sm_scale,
-                          num_splits=num_splits, return_lse=True)
+                          num_splits=num_splits, return_lse=True, check_lengths=False)
         return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
     if num_splits is None:
         sm_count = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 2
@@ -196,7 +208,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_
     split_keys = triton.cdiv(triton.cdiv(max(capacity, 1), num_splits), BLOCK_N) * BLOCK_N
     _decode_split[(num_splits, batch * kv_heads)](
         q, k_cache, v_cache, lens, o_part, lse_part, sm_scale * LOG2_E,
-        *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], n_q, kv_heads, split_keys,
+        *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], n_q, kv_heads, split_keys, capacity,
         GROUP=group, ROWS=max(triton.next_power_of_2(group * n_q), 16), HEAD_DIM=head_dim,
         HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=num_splits, BLOCK_N=BLOCK_N,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32")

@@ -89,9 +89,10 @@ def test_outputs_are_fully_written(device):
 
 
 def test_choose_splits_fills_the_gpu_without_tiny_splits():
-    assert fd.choose_splits(batch=1, kv_heads=8, cache_len=8192, sm_count=132) == 32  # 8 programs -> 33 wanted
-    assert fd.choose_splits(batch=64, kv_heads=8, cache_len=8192, sm_count=132) == 1  # 512 programs already
-    assert fd.choose_splits(batch=1, kv_heads=8, cache_len=300, sm_count=132) == 2  # no split under 4 tiles
+    assert fd.choose_splits(batch=1, kv_heads=8, capacity=8192, sm_count=132) == 32  # 33 wanted, 32 of 4 tiles
+    assert fd.choose_splits(batch=1, kv_heads=8, capacity=1 << 17, sm_count=132) == 33  # 8 programs -> 33 wanted
+    assert fd.choose_splits(batch=64, kv_heads=8, capacity=8192, sm_count=132) == 1  # 512 programs already
+    assert fd.choose_splits(batch=1, kv_heads=8, capacity=300, sm_count=132) == 1  # no split under 4 tiles
 
 
 @pytest.mark.parametrize(("change", "error", "message"), [
@@ -102,6 +103,8 @@ def test_choose_splits_fills_the_gpu_without_tiny_splits():
     (lambda a: {**a, "lens": a["lens"][:1]}, ValueError, "one length per sequence"),
     (lambda a: {**a, "v": a["v"][:, :, :10]}, ValueError, "k_cache and v_cache must have one shape"),
     (lambda a: {**a, "q": a["q"].double()}, TypeError, "dtype float64"),
+    (lambda a: {**a, "lens": a["lens"] + 1}, ValueError, r"between 0 and the cache's capacity 20, got 6 to 21"),
+    (lambda a: {**a, "q": a["q"].repeat(1, 4, 16, 1)}, ValueError, "16 query heads per KV head x 16 new queries"),
 ])
 def test_bad_input_gets_a_clear_error(change, error, message, device):
     q, k, v = make(2, 8, 2, 1, 20, 32, torch.float32, device)

@@ -1,9 +1,9 @@
 # Chapter 12: one decode step, counted. How many programs each way of computing it launches, how many bytes it
 # reads, and that splitting the keys and merging the partial states gives the exact answer.
 # Run: python snippets/ch12/decode_step.py
-import math
-
 import numpy as np
+
+from kernels.flash_decoding import choose_splits
 
 # A model with grouped-query attention: 32 query heads share 8 KV heads, head dim 128, fp16 cache.
 batch, q_heads, kv_heads, d, context, fp16 = 1, 32, 8, 128, 8192, 2
@@ -14,16 +14,17 @@ kv_bytes = 2 * batch * kv_heads * context * d * fp16  # K and V, read once
 flops = 4 * batch * q_heads * context * d  # Q Kᵀ and P V for one new token per sequence
 print(f"K and V of the cache: {kv_bytes / 2**20:.0f} MiB; {flops / 1e6:.0f} MFLOP; "
       f"{flops / kv_bytes:.1f} FLOP per byte (the group size is {group})")
-print(f"at the H200's datasheet 4.8 TB/s, reading them takes at least {kv_bytes / 4.8e12 * 1e6:.1f} us")
+print(f"at the H200's 4.8 TB/s (datasheet), reading them takes at least {kv_bytes / 4.8e12 * 1e6:.1f} us")
 
 naive_programs = batch * q_heads  # chapter 5's kernel: one program per (sequence, query head)
 naive_bytes = 2 * batch * q_heads * context * d * fp16  # each program reads its KV head's cache alone
 print(f"chapter 5's kernel: {naive_programs} programs for {sm_count} SMs; reads {naive_bytes / 2**20:.0f} MiB "
       f"({naive_bytes // kv_bytes}x the cache)")
-splits = math.ceil(2 * sm_count / (batch * kv_heads))
+splits = choose_splits(batch, kv_heads, context, sm_count)  # two programs per SM, splits of 4 tiles or more
 split_programs = batch * kv_heads * splits
 partial_bytes = batch * q_heads * splits * (d + 1) * 4  # each split writes an fp32 output row and a logsumexp
-print(f"split-KV with groups: {splits} splits x {batch * kv_heads} KV heads = {split_programs} programs; "
+print(f"split-KV with groups: {splits} splits of {context // splits} keys x {batch * kv_heads} KV heads = "
+      f"{split_programs} programs; "
       f"reads {kv_bytes / 2**20:.0f} MiB, plus {2 * partial_bytes / 2**20:.2f} MiB of partial states "
       "written and merged")
 
