@@ -21,11 +21,18 @@ PIP_EXTRA ?=
 GPU_TEST_WORKERS ?= 8
 # `make refresh` works in a virtual environment on top of GPU_PY: it sees the machine's GPU builds of torch
 # and triton, and adds the pinned tools to test, benchmark and build the site.
+# An air-gapped GPU machine: `make wheelhouse WHEELHOUSE=DIR` on a machine with network fetches every wheel the
+# GPU virtual environment needs, for the GPU machine's Python (WHEEL_PYTHON) and platform; copy DIR over and
+# run `make refresh WHEELHOUSE=DIR` there: pip then installs from DIR alone (--no-index).
+WHEELHOUSE ?=
+WHEEL_PYTHON ?= 3.12
+WHEEL_PLATFORMS ?= manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64
+PIP_FROM = $(if $(WHEELHOUSE),--no-index --find-links $(WHEELHOUSE),)
 GPU_VENV := .venv-gpu
 GPU_VENV_PY := $(GPU_VENV)/bin/python
 GPU_STAMP := $(GPU_VENV)/.installed
 
-.PHONY: setup serve build test check chapter test-gpu bench setup-gpu refresh outputs lint clean
+.PHONY: setup serve build test check chapter test-gpu bench setup-gpu refresh outputs lint clean wheelhouse
 
 $(STAMP): requirements/cpu.txt requirements/docs.txt requirements/test.txt pyproject.toml
 	python3 -m venv $(VENV)
@@ -70,9 +77,16 @@ bench:
 
 $(GPU_STAMP): requirements/docs.txt requirements/test.txt pyproject.toml
 	$(GPU_PY) -m venv --system-site-packages $(GPU_VENV)
-	$(GPU_VENV_PY) -m pip install -q --disable-pip-version-check -r requirements/docs.txt -r requirements/test.txt
-	$(GPU_VENV_PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	$(GPU_VENV_PY) -m pip install -q --disable-pip-version-check $(PIP_FROM) -r requirements/docs.txt \
+		-r requirements/test.txt
+	$(GPU_VENV_PY) -m pip install -q --disable-pip-version-check $(PIP_FROM) --no-deps -e .
 	touch $(GPU_STAMP)
+
+wheelhouse:
+	@test -n "$(WHEELHOUSE)" || { echo "usage: make wheelhouse WHEELHOUSE=DIR [WHEEL_PYTHON=3.12]"; exit 2; }
+	python3 -m pip download -q --disable-pip-version-check --only-binary=:all: -d $(WHEELHOUSE) \
+		--python-version $(WHEEL_PYTHON) --implementation cp $(foreach p,$(WHEEL_PLATFORMS),--platform $(p)) \
+		-r requirements/docs.txt -r requirements/test.txt "setuptools>=68"
 
 setup-gpu: $(GPU_STAMP)
 
