@@ -44,3 +44,16 @@ def test_splits_table_has_one_line_per_split_count():
 
 def test_plot_draws():
     assert bench.plot(RESULT) is not None
+
+
+def test_a_row_runs_end_to_end_with_a_stand_in_timer(monkeypatch, device):
+    """The row's own code (inputs, the check against the math backend, refusals, the fields the views read) runs
+    here on a small shape; only the GPU timer is a stand-in, which says 10 us for every graph."""
+    monkeypatch.setattr(bench, "gpu_ms_interleaved", lambda fns, **_: {name: 0.01 for name in fns})
+    monkeypatch.setattr(bench, "gpu_ms", lambda fn: 0.02)
+    row = bench._decode_row("float16", 2, 100, (4, 2), bandwidth=3.0e12, progress=lambda message: None,
+                            device=device)
+    assert row["ours_us"] == 10.0 and row["ours_plain_us"] == 20.0 and row["naive_us"] == 10.0
+    assert row["kv_bytes"] == 2 * 2 * 2 * 100 * 128 * 2 and row["limit_us"] == row["kv_bytes"] / 3.0e12 * 1e6
+    assert row["sdpa_math_us"] == 10.0  # the math backend runs everywhere; the others may refuse on a CPU
+    assert "| 2 | 100 | 4/2 |" in bench.table({"rows": [row]})

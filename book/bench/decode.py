@@ -59,7 +59,7 @@ def _implementations(q, k, v, group: int, naive: bool) -> dict:
 
     from kernels import flash_attention, flash_decoding
 
-    lens = torch.full((q.shape[0],), k.shape[2], device="cuda", dtype=torch.int32)
+    lens = torch.full((q.shape[0],), k.shape[2], device=q.device, dtype=torch.int32)
 
     def sdpa(backend):
         def fn():
@@ -76,7 +76,7 @@ def _implementations(q, k, v, group: int, naive: bool) -> dict:
 
 
 def _decode_row(dtype_name: str, batch: int, context: int, heads: tuple[int, int], bandwidth: float,
-                progress: Progress) -> dict | None:
+                progress: Progress, device: str = "cuda") -> dict | None:
     import torch
 
     q_heads, kv_heads = heads
@@ -84,8 +84,8 @@ def _decode_row(dtype_name: str, batch: int, context: int, heads: tuple[int, int
     if kv_bytes > MAX_KV_BYTES:
         return None
     dtype = getattr(torch, dtype_name)
-    q = torch.randn(batch, q_heads, 1, HEAD_DIM, device="cuda", dtype=dtype)
-    k, v = (torch.randn(batch, kv_heads, context, HEAD_DIM, device="cuda", dtype=dtype) for _ in range(2))
+    q = torch.randn(batch, q_heads, 1, HEAD_DIM, device=device, dtype=dtype)
+    k, v = (torch.randn(batch, kv_heads, context, HEAD_DIM, device=device, dtype=dtype) for _ in range(2))
     expected = torch.nn.functional.scaled_dot_product_attention(q[:1].float(), k[:1].float(), v[:1].float(),
                                                                 enable_gqa=kv_heads < q_heads)  # sequence 0
     fns = {}
@@ -101,7 +101,8 @@ def _decode_row(dtype_name: str, batch: int, context: int, heads: tuple[int, int
             continue
         assert err < 2e-2, f"{name}: wrong decode output at {row}: relative error {err:.2e}"
         fns[name] = fn
-    torch.cuda.synchronize()
+    if q.is_cuda:
+        torch.cuda.synchronize()
     times = gpu_ms_interleaved(fns)
     for name in NAMES:
         us = times.get(name)
