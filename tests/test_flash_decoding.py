@@ -122,6 +122,6 @@ def test_bad_input_gets_a_clear_error(change, error, message, device):
 @pytest.mark.parametrize(("q_heads", "kv_heads", "n_q"), [(32, 32, 1), (32, 8, 1), (64, 8, 4), (8, 1, 16)])
 @pytest.mark.parametrize("num_splits", [None, 1, 5, 200])  # 200 splits of 4097 keys: many are empty
 def test_gpu_decode(dtype, q_heads, kv_heads, n_q, num_splits):
-    q, k, v = make(3, q_heads, kv_heads, n_q, 4097, 128, dtype, "cuda", seed=q_heads + n_q)
-    torch.full((1 << 26,), float("nan"), device="cuda")
-    check(q, k, v, torch.tensor([4097, 1, 0], device="cuda"), num_splits=num_splits)
+    q, k, v = make(4, q_heads, kv_heads, n_q, 4097, 128, dtype, "cuda", seed=q_heads + n_q)
+    torch.full((1 << 26,), float("nan"), device="cuda")  # poisons the outputs and the partial states alike
+    check(q, k, v, torch.tensor([4097, 7, 1, 0], device="cuda"), num_splits=num_splits)
