@@ -226,28 +226,22 @@
     const steps = [];
     const skipped = [];
     let products = 0;
-    for (let j = 0; j < kBlocks; j++) {
-      for (let i = 0; i < qBlocks; i++) {
-        const kind = tileKind(i, j, blockM, blockN, n, n, causal);
-        if (kind === "skipped") {
-          skipped.push(["dkdv", i, j]);
-          continue;
-        }
-        products += dq === "atomic" ? 5 : 4;
-        steps.push({ kernel: "dkdv", program: j, q_block: i, k_block: j, kind, products });
+    // One tile of a kernel's program: skipped by the causal mask, or visited at `cost` matrix products.
+    function visit(kernel, program, i, j, cost) {
+      const kind = tileKind(i, j, blockM, blockN, n, n, causal);
+      if (kind === "skipped") {
+        skipped.push([kernel, i, j]);
+        return;
       }
+      products += cost;
+      steps.push({ kernel, program, q_block: i, k_block: j, kind, products });
+    }
+    for (let j = 0; j < kBlocks; j++) {
+      for (let i = 0; i < qBlocks; i++) visit("dkdv", j, i, j, dq === "atomic" ? 5 : 4);
     }
     if (dq === "second_pass") {
       for (let i = 0; i < qBlocks; i++) {
-        for (let j = 0; j < kBlocks; j++) {
-          const kind = tileKind(i, j, blockM, blockN, n, n, causal);
-          if (kind === "skipped") {
-            skipped.push(["dq", i, j]);
-            continue;
-          }
-          products += 3;
-          steps.push({ kernel: "dq", program: i, q_block: i, k_block: j, kind, products });
-        }
+        for (let j = 0; j < kBlocks; j++) visit("dq", i, i, j, 3);
       }
     }
     return { steps, skipped, products, qBlocks, kBlocks };
