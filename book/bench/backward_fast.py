@@ -17,12 +17,11 @@ Before timing, every implementation's gradients of the first (batch, head) are c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from book import render
 from book.bench.backward import BACKENDS, BACKWARD_FLOPS, DTYPES, GRAD_RTOL, HEADS, SIZES, TOKENS, _plain
 from book.bench.registry import Benchmark, Progress
 from book.bench.timing import gpu_ms_interleaved, tflops
+from book.bench.worklog import Step
 
 N = 4096
 SHAPES = [(d, causal) for d in (64, 128) for causal in (False, True)]
@@ -36,17 +35,6 @@ NAMES = {"fast": "chapter 11's fast backward", "readable": "chapter 10's kernels
          "sdpa_flash": "FlashAttention-2", "sdpa_efficient": "memory-efficient"}
 
 
-@dataclass(frozen=True)
-class Step:
-    key: str
-    title: str
-    change: str
-    prediction: str
-    switches: dict[str, bool] | None = None  # None: chapter 10's readable kernels
-    pinned: bool = False  # True: chapter 10's tiles (64 x 64, 4 warps, 2 stages) instead of the autotuner
-    kept: bool = True  # False: tried, measured, and left out of the final kernel
-
-
 _OFF = {"TRANSPOSED": False, "SPLIT_DIAGONAL": False, "ATOMIC_DQ": False, "USE_TMA": False}
 
 STEPS = [
@@ -56,7 +44,7 @@ STEPS = [
          "are a multiple of 128 only: no load needs a mask, D and the base-2 logsumexp are computed once per row "
          "in the first kernel; chapter 10's tiles.",
          "A few percent at most: the masks cost a compare and a select per element loaded, next to five "
-         "matrix products per tile.", dict(_OFF), pinned=True),
+         "matrix products per tile.", dict(_OFF), pinned=(64, 64, 4, 2)),
     Step("autotune", "Autotune tiles, warps, stages", "Let Triton time four tile shapes, warp counts and "
          "pipeline depths per kernel, up to 128 keys per dK/dV program (with 8 warps at head dim 128).",
          "10-25%: with 128 keys per program each Q and dO tile loaded serves twice as many keys, and 8 warps "
@@ -78,7 +66,7 @@ STEPS = [
     Step("tma", "Load tiles through TMA", "Tensor descriptors for every tile: Hopper's copy engine fetches them "
          "into shared memory, and no thread computes addresses.",
          "0-5%: the loads are already asynchronous copies that the pipeline hides; fewer address instructions.",
-         {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True, "USE_TMA": True}, kept=False),
+         {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True, "USE_TMA": True}),
 ]
 
 
@@ -174,15 +162,15 @@ def _step_fns(q, k, v, do, causal: bool):
     from kernels import flash_attention, flash_attention_backward, flash_attention_backward_fast
 
     out, lse = flash_attention.attention(q, k, v, causal=causal, return_lse=True)
-    pinned = {"dkdv_config": flash_attention_backward_fast.config(64, 64, 4, 2),
-              "dq_config": flash_attention_backward_fast.config(64, 64, 4, 2)}
     fns = {}
     for step in STEPS:
         if step.switches is None:
             fns[step.key] = lambda: flash_attention_backward.attention_backward(do, q, k, v, out, lse, causal=causal)
         else:
-            fns[step.key] = (lambda step=step: flash_attention_backward_fast.attention_backward(
-                do, q, k, v, out, lse, causal=causal, **(pinned if step.pinned else {}), **step.switches))
+            tiles = {} if step.pinned is None else {"dkdv_config": flash_attention_backward_fast.config(*step.pinned),
+                                                    "dq_config": flash_attention_backward_fast.config(*step.pinned)}
+            fns[step.key] = (lambda step=step, tiles=tiles: flash_attention_backward_fast.attention_backward(
+                do, q, k, v, out, lse, causal=causal, **tiles, **step.switches))
     return fns
 
 
@@ -201,7 +189,7 @@ def _measure_steps(d: int, causal: bool, progress: Progress) -> list[dict]:
         try:
             rows[key]["grad_err"] = _checked(fn, expected, "float16", key)
             step = next(s for s in STEPS if s.key == key)
-            if step.switches is not None and not step.pinned:
+            if step.switches is not None and step.pinned is None:
                 rows[key]["configs"] = flash_attention_backward_fast.tuned_configs(step.switches["ATOMIC_DQ"])
             fns[key] = fn
         except Exception as error:  # noqa: BLE001 - a step that fails is a result too
