@@ -15,12 +15,15 @@ def _row(dtype, batch, context, heads, ours_us, flash_us, cudnn_us=None):
     return row
 
 
-RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 3.0e12},
+RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 3.0e12,
+                    "ways": {"copy_graph": 2.0e12, "kernel_graph": 3.0e12, "copy_plain": 2.9e12}},
                    _row("float16", 1, 8192, (32, 8), ours_us=20.0, flash_us=25.0),
                    _row("float16", 64, 131072, (32, 8), ours_us=3000.0, flash_us=2900.0, cudnn_us=3100.0),
                    _row("bfloat16", 1, 8192, (32, 8), ours_us=18.0, flash_us=25.0),
                    *({"kind": "splits", "context": c, "splits": s, "us": 100.0 / s, "share": s / 100}
-                     for c in (8192, 131072) for s in bench.SPLIT_COUNTS)]}
+                     for c in (8192, 131072) for s in bench.SPLIT_COUNTS),
+                   *({"kind": "tiles", "batch": 8, "context": 131072, "q_heads": 32, "kv_heads": 32, "block_n": n,
+                      "us": 4000.0 + n, "share": 0.9} for n in bench.TILE_SIZES)]}
 
 
 def test_targets_count_each_target_and_name_the_small_case():
@@ -40,6 +43,12 @@ def test_table_shows_fp16_rows_and_refusals():
 
 def test_splits_table_has_one_line_per_split_count():
     assert bench.splits_table(RESULT).count("\n|") == len(bench.SPLIT_COUNTS) + 1
+
+
+def test_tiles_table_and_copy_sentence():
+    assert "| 8 | 131,072 | 32/32 | 4064.0 (90%) | 4128.0 (90%) |" in bench.tiles_table(RESULT)
+    text = bench.copy_sentence(RESULT)
+    assert "a copy captured in a CUDA graph 2,000 GB/s" in text and "element-wise kernel in a graph 3,000" in text
 
 
 def test_plot_draws():

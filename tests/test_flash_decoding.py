@@ -81,6 +81,12 @@ def test_odd_head_dim_custom_scale_and_strided_queries(device):
     check(q, k, v, torch.tensor([50], device=device), num_splits=2, sm_scale=0.3)
 
 
+@pytest.mark.parametrize("block_n", [16, 64])  # the default (128) runs in every other test
+def test_every_tile_size_matches_float64(block_n, device):
+    q, k, v = make(2, 8, 2, 2, 150, 32, torch.float32, device, seed=block_n)
+    check(q, k, v, torch.tensor([150, 40], device=device), num_splits=3, block_n=block_n)
+
+
 def test_outputs_are_fully_written(device):
     # Poison the caching allocator: an element the kernels forget to write would come back as NaN.
     torch.full((1 << 20,), float("nan"), device=device)
@@ -89,7 +95,8 @@ def test_outputs_are_fully_written(device):
 
 
 def test_choose_splits_fills_the_gpu_without_tiny_splits():
-    assert fd.choose_splits(batch=1, kv_heads=8, capacity=8192, sm_count=132) == 32  # 33 wanted, 32 of 4 tiles
+    assert fd.choose_splits(batch=1, kv_heads=8, capacity=8192, sm_count=132) == 16  # 33 wanted, 16 of 4 tiles
+    assert fd.choose_splits(batch=1, kv_heads=8, capacity=8192, sm_count=132, block_n=64) == 32
     assert fd.choose_splits(batch=1, kv_heads=8, capacity=1 << 17, sm_count=132) == 33  # 8 programs -> 33 wanted
     assert fd.choose_splits(batch=64, kv_heads=8, capacity=8192, sm_count=132) == 1  # 512 programs already
     assert fd.choose_splits(batch=1, kv_heads=8, capacity=300, sm_count=132) == 1  # no split under 4 tiles
@@ -105,12 +112,13 @@ def test_choose_splits_fills_the_gpu_without_tiny_splits():
     (lambda a: {**a, "q": a["q"].double()}, TypeError, "dtype float64"),
     (lambda a: {**a, "lens": a["lens"] + 1}, ValueError, r"between 0 and the cache's capacity 20, got 6 to 21"),
     (lambda a: {**a, "q": a["q"].repeat(1, 4, 16, 1)}, ValueError, "16 query heads per KV head x 16 new queries"),
+    (lambda a: {**a, "block_n": 96}, ValueError, "block_n must be a power of two from 16 to 256, got 96"),
 ])
 def test_bad_input_gets_a_clear_error(change, error, message, device):
     q, k, v = make(2, 8, 2, 1, 20, 32, torch.float32, device)
-    args = change({"q": q, "k": k, "v": v, "lens": torch.tensor([20, 5], device=device)})
+    args = change({"q": q, "k": k, "v": v, "lens": torch.tensor([20, 5], device=device), "block_n": fd.BLOCK_N})
     with pytest.raises(error, match=message):
-        fd.decode(args["q"], args["k"], args["v"], args["lens"])
+        fd.decode(args["q"], args["k"], args["v"], args["lens"], block_n=args["block_n"])
 
 
 # ---------------------------------------------------------------------------------------------------

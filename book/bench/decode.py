@@ -9,6 +9,7 @@ also timed with plain calls (CPU launch cost included). It runs with check_lengt
 the lengths cannot be captured in a graph. The limit: bytes of K and V over the copy bandwidth measured in the same
 run (a copy's read and write bytes over its time; the fastest of three ways).
 Rows of kind "splits": the book's kernel at batch 1 with every split count from 1 to 64.
+Rows of kind "tiles": the book's kernel with each tile size in TILE_SIZES at a few shapes, timed in turns.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ MAX_KV_BYTES = 40 * 2**30  # K and V together: larger shapes are left out (64 se
 # 2^31 elements per tensor (4 GiB of fp16 each).
 MAX_NAIVE_BYTES = 2 * 2 * 2**31
 SPLIT_COUNTS = [1, 2, 4, 8, 16, 32, 64]
+TILE_SIZES = [64, 128]  # keys per tile: chapter 12's first run used 64, a probe then chose 128
+TILE_SHAPES = [(1, 8192, (32, 8)), (8, 131072, (32, 32)), (64, 8192, (32, 8)), (64, 32768, (64, 8))]
 COPY_BYTES = 2 * 2**30
 MiB = 2**20
 TARGET_PEER = 1.0  # the book's kernel / the fastest SDPA backend, every row
@@ -142,6 +145,33 @@ def _splits_rows(bandwidth: float, progress: Progress) -> list[dict]:
     return rows
 
 
+def _tiles_rows(bandwidth: float, progress: Progress) -> list[dict]:
+    import torch
+
+    from kernels import flash_decoding
+
+    rows = []
+    for batch, context, (q_heads, kv_heads) in TILE_SHAPES:
+        q = torch.randn(batch, q_heads, 1, HEAD_DIM, device="cuda", dtype=torch.float16)
+        k, v = (torch.randn(batch, kv_heads, context, HEAD_DIM, device="cuda", dtype=torch.float16) for _ in range(2))
+        lens = torch.full((batch,), context, device="cuda", dtype=torch.int32)
+        fns = {str(n): (lambda n=n, q=q, k=k, v=v, lens=lens: flash_decoding.decode(q, k, v, lens, block_n=n,
+                                                                                    check_lengths=False))
+               for n in TILE_SIZES}
+        for fn in fns.values():
+            fn()
+        times = gpu_ms_interleaved(fns, budget_ms=1500)
+        limit_us = 2 * batch * kv_heads * context * HEAD_DIM * 2 / bandwidth * 1e6
+        rows += [{"kind": "tiles", "batch": batch, "context": context, "q_heads": q_heads, "kv_heads": kv_heads,
+                  "block_n": n, "us": times[str(n)] * 1e3, "share": limit_us / (times[str(n)] * 1e3)}
+                 for n in TILE_SIZES]
+        progress(f"tiles B={batch} L={context} H={q_heads}/{kv_heads}: "
+                 + ", ".join(f"{r['block_n']} keys {r['us']:.1f} us" for r in rows[-len(TILE_SIZES):]))
+        del q, k, v
+        torch.cuda.empty_cache()
+    return rows
+
+
 def run(progress: Progress) -> list[dict]:
     ways = _copy_bandwidths()
     bandwidth = max(ways.values())  # the limit: the fastest copy measured
@@ -154,7 +184,7 @@ def run(progress: Progress) -> list[dict]:
                     row = _decode_row(dtype, batch, context, heads, bandwidth, progress)
                     if row is not None:
                         rows.append(row)
-    return rows + _splits_rows(bandwidth, progress)
+    return rows + _splits_rows(bandwidth, progress) + _tiles_rows(bandwidth, progress)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -215,6 +245,26 @@ def splits_table(result: dict) -> str:
         "\n\nBatch 1, 32 query heads on 8 KV heads, head dim 128, fp16.")
 
 
+def tiles_table(result: dict) -> str:
+    """The book's kernel with each tile size, timed in turns."""
+    rows = _rows(result, "tiles")
+    shapes = list(dict.fromkeys((r["batch"], r["context"], r["q_heads"], r["kv_heads"]) for r in rows))
+    by = {(r["batch"], r["context"], r["q_heads"], r["kv_heads"], r["block_n"]): r for r in rows}
+    body = [[b, f"{c:,}", f"{hq}/{hk}", *(f"{by[(b, c, hq, hk, n)]['us']:.1f} ({by[(b, c, hq, hk, n)]['share']:.0%})"
+                                         for n in TILE_SIZES)] for b, c, hq, hk in shapes]
+    return render.table(["batch", "context", "heads q/kv", *(f"{n} keys per tile: µs (of limit)" for n in TILE_SIZES)],
+                        body) + "\n\nfp16, head dim 128, one query per sequence, from CUDA graphs taken in turns."
+
+
+def copy_sentence(result: dict) -> str:
+    """The three copies the limit comes from."""
+    ways = _rows(result, "copy")[0]["ways"]
+    names = {"copy_graph": "a copy captured in a CUDA graph", "kernel_graph": "an element-wise kernel in a graph",
+             "copy_plain": "a copy called from Python"}
+    return ("Copying 2 GiB, counting bytes read and written: " + "; ".join(
+        f"{names[n]} {b / 1e9:,.0f} GB/s" for n, b in ways.items()) + ". The limit uses the fastest.")
+
+
 def plot(result: dict):
     """Share of the bandwidth limit against context, fp16, 32 query heads on 8 KV heads, one line per batch."""
     series = {}
@@ -234,6 +284,7 @@ BENCHMARK = Benchmark(
     title="Chapter 12: one decode step against the bandwidth limit and every SDPA backend",
     sources=["kernels/flash_decoding.py", "kernels/flash_attention.py", "book/bench/decode.py"],
     run=run,
-    views={"table": table, "targets": targets, "splits": splits_table, "plot": plot},
+    views={"table": table, "targets": targets, "splits": splits_table, "tiles": tiles_table, "copy": copy_sentence,
+           "plot": plot},
     awaiting_gpu="issue 21: the decode benchmark's first GPU run",
 )
