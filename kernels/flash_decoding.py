@@ -44,13 +44,16 @@ NUM_WARPS, NUM_STAGES = 4, 3  # one warpgroup; three tiles of K and V in flight
 
 # --8<-- [start:split]
 @triton.jit
-def _decode_split(Q, K, V, Lens, OPart, LsePart, qk_scale,
+def _decode_split(Q, K, V, Lens, BlockTable, OPart, LsePart, qk_scale,
                   stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
-                  stride_vb, stride_vh, stride_vn, N_Q, KV_HEADS, SPLIT_KEYS, CAPACITY,
+                  stride_vb, stride_vh, stride_vn, stride_table, N_Q, KV_HEADS, SPLIT_KEYS, CAPACITY,
                   GROUP: tl.constexpr, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-                  NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                  NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr,
+                  DOT_PRECISION: tl.constexpr):
     # Grid: (splits, batch * KV heads). One program: the keys [split * SPLIT_KEYS, ...) of one KV head, against
     # every query of the GROUP query heads that share it (GROUP * N_Q rows of one tile).
+    # PAGE_SIZE = 0: K and V are (batch, KV heads, capacity, D). Otherwise they are pools of pages,
+    # (pages, KV heads, PAGE_SIZE, D), and row b of BlockTable lists the pages of sequence b in order.
     split = tl.program_id(0)
     batch = (tl.program_id(1) // KV_HEADS).to(tl.int64)  # 64-bit: batch x stride passes 2^31 on long caches
     kv_head = (tl.program_id(1) % KV_HEADS).to(tl.int64)
@@ -76,8 +79,18 @@ def _decode_split(Q, K, V, Lens, OPart, LsePart, qk_scale,
     for start in range(lo, hi, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         kv_ok = (cols[:, None] < hi) & d_ok[None, :]
-        k = tl.load(k_base + cols[:, None] * stride_kn + offs_d[None, :], mask=kv_ok, other=0.0)
-        v = tl.load(v_base + cols[:, None] * stride_vn + offs_d[None, :], mask=kv_ok, other=0.0)
+        # --8<-- [start:paged]
+        if PAGE_SIZE > 0:  # a tile never straddles two pages: BLOCK_N divides PAGE_SIZE
+            page = tl.load(BlockTable + batch * stride_table + start // PAGE_SIZE).to(tl.int64)
+            rows_in_page = start % PAGE_SIZE + tl.arange(0, BLOCK_N)
+            k_ptrs = K + page * stride_kb + kv_head * stride_kh + rows_in_page[:, None] * stride_kn
+            v_ptrs = V + page * stride_vb + kv_head * stride_vh + rows_in_page[:, None] * stride_vn
+        else:
+            k_ptrs = k_base + cols[:, None] * stride_kn
+            v_ptrs = v_base + cols[:, None] * stride_vn
+        # --8<-- [end:paged]
+        k = tl.load(k_ptrs + offs_d[None, :], mask=kv_ok, other=0.0)
+        v = tl.load(v_ptrs + offs_d[None, :], mask=kv_ok, other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
         s = tl.where((cols[None, :] <= position[:, None]) & (cols[None, :] < hi), s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, 1))
@@ -130,7 +143,8 @@ def choose_splits(batch: int, kv_heads: int, capacity: int, sm_count: int, block
 # --8<-- [end:splits]
 
 
-def validate_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor) -> None:
+def validate_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor,
+                    block_table: torch.Tensor | None = None) -> None:
     """Clear errors for inputs the decode kernels cannot take; each names the argument and the problem."""
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         check_device(name, t)
@@ -144,9 +158,20 @@ def validate_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     if k_cache.shape != v_cache.shape:
         raise ValueError(f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} and "
                          f"{tuple(v_cache.shape)}")
-    if k_cache.shape[0] != batch or k_cache.shape[3] != head_dim:
+    if block_table is None and (k_cache.shape[0] != batch or k_cache.shape[3] != head_dim):
         raise ValueError(f"k_cache must be (batch={batch}, kv_heads, cache_len, head_dim={head_dim}), got "
                          f"{tuple(k_cache.shape)}")
+    if block_table is not None:
+        check_same_device(q=q, block_table=block_table)
+        page_size = k_cache.shape[2]
+        if k_cache.shape[3] != head_dim or page_size < 16 or page_size & (page_size - 1):
+            raise ValueError(f"with a block_table, k_cache must be a pool of pages (pages, kv_heads, page_size, "
+                             f"head_dim={head_dim}) with a power-of-two page_size of at least 16, got "
+                             f"{tuple(k_cache.shape)}")
+        if block_table.ndim != 2 or block_table.shape[0] != batch or block_table.dtype not in (torch.int32,
+                                                                                                torch.int64):
+            raise ValueError(f"block_table must be an integer tensor (batch={batch}, pages per sequence), got "
+                             f"{block_table.dtype} of shape {tuple(block_table.shape)}")
     kv_heads = k_cache.shape[1]
     if kv_heads == 0 or q_heads % kv_heads:
         raise ValueError(f"the query heads ({q_heads}) must be a multiple of the KV heads ({kv_heads}): each KV "
@@ -166,8 +191,8 @@ def validate_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
 
 # --8<-- [start:wrapper]
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor, *,
-           sm_scale: float | None = None, num_splits: int | None = None, block_n: int = BLOCK_N,
-           return_lse: bool = False, check_lengths: bool = True):
+           block_table: torch.Tensor | None = None, sm_scale: float | None = None, num_splits: int | None = None,
+           block_n: int = BLOCK_N, return_lse: bool = False, check_lengths: bool = True):
     """softmax(q kᵀ · sm_scale) v for the new queries q (batch, query heads, 1..16, head_dim) against a KV cache
     (batch, KV heads, capacity, head_dim), of which sequence b uses the first cache_lens[b] positions.
 
@@ -175,30 +200,46 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_
     sits at position cache_lens[b] - Nq + t and sees keys 0 .. that position (bottom-right alignment). Returns
     the output (like q), and with return_lse its natural-log logsumexp (batch, query heads, Nq) in fp32; rows
     that see no key give 0 and -inf. block_n is the keys per tile (a power of two, 16 to 256).
-    check_lengths=False skips the check that every length is between 0 and the
-    capacity, which makes the host wait for the GPU; the kernel then reads at most the capacity.
+
+    Paged cache: with a block_table (batch, pages per sequence), k_cache and v_cache are pools of pages
+    (pages, KV heads, page_size, head_dim), and sequence b's keys i live in page block_table[b, i // page_size]
+    at row i % page_size. Entries past a sequence's length are never read.
+
+    check_lengths=False skips the checks that every length is between 0 and the capacity and that every page a
+    sequence uses is in the pool, which make the host wait for the GPU; the kernel then reads at most the capacity.
     """
-    validate_inputs(q, k_cache, v_cache, cache_lens)
+    validate_inputs(q, k_cache, v_cache, cache_lens, block_table)
+    batch, q_heads, n_q, head_dim = q.shape
+    kv_heads = k_cache.shape[1]
+    page_size = 0 if block_table is None else k_cache.shape[2]
+    capacity = k_cache.shape[2] if block_table is None else block_table.shape[1] * page_size
     if check_lengths and cache_lens.numel():
         low, high = int(cache_lens.min()), int(cache_lens.max())
-        if low < 0 or high > k_cache.shape[2]:
-            raise ValueError(f"cache_lens must be between 0 and the cache's capacity {k_cache.shape[2]}, got "
+        if low < 0 or high > capacity:
+            raise ValueError(f"cache_lens must be between 0 and the cache's capacity {capacity}, got "
                              f"{low} to {high}")
-    batch, q_heads, n_q, head_dim = q.shape
-    kv_heads, capacity = k_cache.shape[1], k_cache.shape[2]
+        if block_table is not None:
+            pages_used = torch.arange(block_table.shape[1], device=q.device) * page_size < cache_lens[:, None]
+            used = block_table[pages_used]
+            if used.numel() and (int(used.min()) < 0 or int(used.max()) >= k_cache.shape[0]):
+                raise ValueError(f"block_table must give every page a sequence uses as an index into the pool of "
+                                 f"{k_cache.shape[0]} pages, got {int(used.min())} to {int(used.max())}")
     sm_scale = softmax_scale(sm_scale, head_dim)
     if kernels.interpreting() and q.dtype == torch.bfloat16:
         # Triton's CPU interpreter computes tl.dot on bf16 operands wrongly (chapter 5): upcast there only.
-        out, lse = decode(q.float(), k_cache.float(), v_cache.float(), cache_lens, sm_scale=sm_scale,
-                          num_splits=num_splits, block_n=block_n, return_lse=True, check_lengths=False)
+        out, lse = decode(q.float(), k_cache.float(), v_cache.float(), cache_lens, block_table=block_table,
+                          sm_scale=sm_scale, num_splits=num_splits, block_n=block_n, return_lse=True,
+                          check_lengths=False)
         return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
+    if not (isinstance(block_n, int) and 16 <= block_n <= 256 and block_n & (block_n - 1) == 0):
+        raise ValueError(f"block_n must be a power of two from 16 to 256, got {block_n!r}")
+    if page_size:
+        block_n = min(block_n, page_size)  # a tile never straddles two pages
     if num_splits is None:
         sm_count = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 2
         num_splits = choose_splits(batch, kv_heads, capacity, sm_count, block_n)
     if not (isinstance(num_splits, int) and num_splits >= 1):
         raise ValueError(f"num_splits must be a positive integer, got {num_splits!r}")
-    if not (isinstance(block_n, int) and 16 <= block_n <= 256 and block_n & (block_n - 1) == 0):
-        raise ValueError(f"block_n must be a power of two from 16 to 256, got {block_n!r}")
     group = q_heads // kv_heads
     head_dim_pad = max(triton.next_power_of_2(head_dim), 16)
     rows = batch * q_heads * n_q
@@ -210,11 +251,13 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_
     lse_part = torch.empty((rows, num_splits), device=q.device, dtype=torch.float32)
     lens = cache_lens.to(torch.int32)
     split_keys = triton.cdiv(triton.cdiv(max(capacity, 1), num_splits), block_n) * block_n
+    table = lens if block_table is None else block_table.contiguous()  # without pages: a pointer never read
     _decode_split[(num_splits, batch * kv_heads)](
-        q, k_cache, v_cache, lens, o_part, lse_part, sm_scale * LOG2_E,
-        *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], n_q, kv_heads, split_keys, capacity,
+        q, k_cache, v_cache, lens, table, o_part, lse_part, sm_scale * LOG2_E,
+        *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], table.stride(0), n_q, kv_heads, split_keys,
+        capacity,
         GROUP=group, ROWS=max(triton.next_power_of_2(group * n_q), 16), HEAD_DIM=head_dim,
-        HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=num_splits, BLOCK_N=block_n,
+        HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=num_splits, BLOCK_N=block_n, PAGE_SIZE=page_size,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     _decode_merge[(rows,)](o_part, lse_part, out, lse, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
                            NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits))

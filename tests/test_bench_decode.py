@@ -23,7 +23,9 @@ RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 3.0e12,
                    *({"kind": "splits", "context": c, "splits": s, "us": 100.0 / s, "share": s / 100}
                      for c in (8192, 131072) for s in bench.SPLIT_COUNTS),
                    *({"kind": "tiles", "batch": 8, "context": 131072, "q_heads": 32, "kv_heads": 32, "block_n": n,
-                      "us": 4000.0 + n, "share": 0.9} for n in bench.TILE_SIZES)]}
+                      "us": 4000.0 + n, "share": 0.9} for n in bench.TILE_SIZES),
+                   *({"kind": "paged", "batch": 1, "context": 131072, "q_heads": 32, "kv_heads": 8, "pages": name,
+                      "us": 150.0, "share": 0.84} for name in ["contiguous", *map(str, bench.PAGE_SIZES)])]}
 
 
 def test_targets_count_each_target_and_name_the_small_case():
@@ -51,6 +53,11 @@ def test_tiles_table_and_copy_sentence():
     assert "a copy captured in a CUDA graph 2,000 GB/s" in text and "element-wise kernel in a graph 3,000" in text
 
 
+def test_paged_table_has_a_column_per_page_size():
+    text = bench.paged_table(RESULT)
+    assert "| 1 | 131,072 | 32/8 | 150.0 (84%) |" in text and text.count("150.0 (84%)") == 1 + len(bench.PAGE_SIZES)
+
+
 def test_plot_draws():
     assert bench.plot(RESULT) is not None
 
@@ -66,3 +73,12 @@ def test_a_row_runs_end_to_end_with_a_stand_in_timer(monkeypatch, device):
     assert row["kv_bytes"] == 2 * 2 * 2 * 100 * 128 * 2 and row["limit_us"] == row["kv_bytes"] / 3.0e12 * 1e6
     assert row["sdpa_math_us"] == 10.0  # the math backend runs everywhere; the others may refuse on a CPU
     assert "| 2 | 100 | 4/2 |" in bench.table({"rows": [row]})
+
+
+def test_paged_rows_run_end_to_end_with_a_stand_in_timer(monkeypatch, device):
+    """Pages in a shuffled order must give the contiguous cache's output (the row checks it); only the timer is a
+    stand-in."""
+    monkeypatch.setattr(bench, "gpu_ms_interleaved", lambda fns, **_: {name: 0.01 for name in fns})
+    rows = bench._paged_rows(3.0e12, lambda message: None, shapes=[(2, 128, (4, 2))], device=device)
+    assert [r["pages"] for r in rows] == ["contiguous", *map(str, bench.PAGE_SIZES)]
+    assert "| 2 | 128 | 4/2 | 10.0 (" in bench.paged_table({"rows": rows})

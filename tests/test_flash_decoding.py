@@ -43,8 +43,34 @@ def make(batch, q_heads, kv_heads, n_q, capacity, d, dtype, device, seed=0):
     return q, k, v
 
 
-def check(q, k, v, lens, **kwargs):
-    out, lse = fd.decode(q, k, v, lens, return_lse=True, **kwargs)
+def paged(k, v, lens, page_size, seed=0):
+    """The same cache as pools of pages in a shuffled order, with a block table. Pages no sequence uses, and the
+    unused rows of a sequence's last page, hold NaN; table entries past a sequence's length are -1."""
+    batch, kv_heads, capacity, d = k.shape
+    pages_per_seq = -(-capacity // page_size)
+    total = batch * pages_per_seq + 3  # three spare pages that nobody uses
+    order = torch.randperm(total, generator=torch.Generator().manual_seed(seed))
+    table = order[:batch * pages_per_seq].view(batch, pages_per_seq).to(k.device, torch.int32)
+    pools = []
+    for cache in (k, v):
+        pool = torch.full((total, kv_heads, page_size, d), float("nan"), dtype=cache.dtype, device=cache.device)
+        for b in range(batch):
+            for i in range(pages_per_seq):
+                rows = min(page_size, int(lens[b]) - i * page_size)
+                if rows > 0:
+                    pool[table[b, i], :, :rows] = cache[b, :, i * page_size:i * page_size + rows]
+        pools.append(pool)
+    used = torch.arange(pages_per_seq, device=k.device) * page_size < lens.to(k.device)[:, None]
+    return *pools, table.masked_fill(~used, -1)
+
+
+def check(q, k, v, lens, page_size=None, **kwargs):
+    """Decode, from a contiguous cache or (with a page_size) from the same cache in pages, against float64."""
+    if page_size is None:
+        out, lse = fd.decode(q, k, v, lens, return_lse=True, **kwargs)
+    else:
+        k_pool, v_pool, table = paged(k, v, lens, page_size)
+        out, lse = fd.decode(q, k_pool, v_pool, lens, block_table=table, return_lse=True, **kwargs)
     ref_out, ref_lse = reference(q, k, v, lens.cpu(), kwargs.get("sm_scale"))
     assert out.shape == q.shape and out.dtype == q.dtype and not torch.isnan(out).any()
     err = (out.double().cpu() - ref_out).norm() / max(ref_out.norm(), 1e-30)
@@ -87,6 +113,14 @@ def test_every_tile_size_matches_float64(block_n, device):
     check(q, k, v, torch.tensor([150, 40], device=device), num_splits=3, block_n=block_n)
 
 
+@pytest.mark.parametrize(("page_size", "block_n", "num_splits"), [(16, 16, 1), (16, 128, 3), (32, 16, 4), (64, 32, 2)])
+def test_paged_cache_matches_float64(page_size, block_n, num_splits, device):
+    # Pages in a shuffled order, NaN in every page and row no sequence uses: a wrong page or row shows.
+    q, k, v = make(3, 8, 2, 2, 100, 32, torch.float32, device, seed=page_size + block_n)
+    check(q, k, v, torch.tensor([100, 0, 37], device=device), page_size=page_size, block_n=block_n,
+          num_splits=num_splits)
+
+
 def test_outputs_are_fully_written(device):
     # Poison the caching allocator: an element the kernels forget to write would come back as NaN.
     torch.full((1 << 20,), float("nan"), device=device)
@@ -113,16 +147,33 @@ def test_choose_splits_fills_the_gpu_without_tiny_splits():
     (lambda a: {**a, "lens": a["lens"] + 1}, ValueError, r"between 0 and the cache's capacity 20, got 6 to 21"),
     (lambda a: {**a, "q": a["q"].repeat(1, 4, 16, 1)}, ValueError, "16 query heads per KV head x 16 new queries"),
     (lambda a: {**a, "block_n": 96}, ValueError, "block_n must be a power of two from 16 to 256, got 96"),
+    (lambda a: {**a, "k": a["k"][:, :, :12], "v": a["v"][:, :, :12], "table": a["lens"][:, None]}, ValueError,
+     "power-of-two page_size of at least 16"),
+    (lambda a: {**a, "k": a["k"][:, :, :16], "v": a["v"][:, :, :16], "table": a["lens"][:, None].float()},
+     ValueError, r"block_table must be an integer tensor \(batch=2, pages per sequence\)"),
+    (lambda a: {**a, "k": a["k"][:, :, :16], "v": a["v"][:, :, :16], "table": torch.tensor([[0, 1], [2, 7]])},
+     ValueError, "an index into the pool of 2 pages, got 0 to 2"),
 ])
 def test_bad_input_gets_a_clear_error(change, error, message, device):
     q, k, v = make(2, 8, 2, 1, 20, 32, torch.float32, device)
-    args = change({"q": q, "k": k, "v": v, "lens": torch.tensor([20, 5], device=device), "block_n": fd.BLOCK_N})
+    args = change({"q": q, "k": k, "v": v, "lens": torch.tensor([20, 5], device=device), "block_n": fd.BLOCK_N,
+                   "table": None})
+    table = None if args["table"] is None else args["table"].to(device)
     with pytest.raises(error, match=message):
-        fd.decode(args["q"], args["k"], args["v"], args["lens"], block_n=args["block_n"])
+        fd.decode(args["q"], args["k"], args["v"], args["lens"], block_table=table, block_n=args["block_n"])
 
 
 # ---------------------------------------------------------------------------------------------------
 # On a GPU: half precision, long caches, every split count
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("page_size", [16, 128, 256])
+def test_gpu_paged_decode(dtype, page_size):
+    q, k, v = make(4, 32, 8, 1, 4097, 128, dtype, "cuda", seed=page_size)
+    torch.full((1 << 26,), float("nan"), device="cuda")
+    check(q, k, v, torch.tensor([4097, 7, 1, 0], device="cuda"), page_size=page_size)
 
 
 @pytest.mark.gpu

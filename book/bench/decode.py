@@ -10,6 +10,8 @@ the lengths cannot be captured in a graph. The limit: bytes of K and V over the 
 run (a copy's read and write bytes over its time; the fastest of three ways).
 Rows of kind "splits": the book's kernel at batch 1 with every split count from 1 to 64.
 Rows of kind "tiles": the book's kernel with each tile size in TILE_SIZES at a few shapes, timed in turns.
+Rows of kind "paged": the book's kernel on a contiguous cache and on the same cache in shuffled pages of each size
+in PAGE_SIZES, timed in turns.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ MAX_NAIVE_BYTES = 2 * 2 * 2**31
 SPLIT_COUNTS = [1, 2, 4, 8, 16, 32, 64]
 TILE_SIZES = [64, 128]  # keys per tile: chapter 12's first run used 64, a probe then chose 128
 TILE_SHAPES = [(1, 8192, (32, 8)), (8, 131072, (32, 32)), (64, 8192, (32, 8)), (64, 32768, (64, 8))]
+PAGE_SIZES = [16, 64, 128]  # keys per page; a tile never straddles two pages, so pages of 16 mean tiles of 16
+PAGED_SHAPES = [(1, 131072, (32, 8)), (8, 32768, (32, 8)), (64, 8192, (32, 8))]
 COPY_BYTES = 2 * 2**30
 MiB = 2**20
 TARGET_PEER = 1.0  # the book's kernel / the fastest SDPA backend, every row
@@ -172,6 +176,43 @@ def _tiles_rows(bandwidth: float, progress: Progress) -> list[dict]:
     return rows
 
 
+def _paged_rows(bandwidth: float, progress: Progress, shapes=PAGED_SHAPES, device: str = "cuda") -> list[dict]:
+    import torch
+
+    from kernels import flash_decoding
+
+    rows = []
+    for batch, context, (q_heads, kv_heads) in shapes:
+        q = torch.randn(batch, q_heads, 1, HEAD_DIM, device=device, dtype=torch.float16)
+        k, v = (torch.randn(batch, kv_heads, context, HEAD_DIM, device=device, dtype=torch.float16) for _ in range(2))
+        lens = torch.full((batch,), context, device=device, dtype=torch.int32)
+        fns = {"contiguous": lambda q=q, k=k, v=v, lens=lens: flash_decoding.decode(q, k, v, lens, check_lengths=False)}
+        expected = fns["contiguous"]()
+        for size in PAGE_SIZES:
+            pages = context // size
+            order = torch.randperm(batch * pages, device=device)  # page i of sequence b lives at order[b * pages + i]
+            k_pool, v_pool = (torch.empty((batch * pages, kv_heads, size, HEAD_DIM), device=device,
+                                          dtype=torch.float16) for _ in range(2))
+            for pool, cache in ((k_pool, k), (v_pool, v)):
+                pool[order] = cache.view(batch, kv_heads, pages, size, HEAD_DIM).transpose(1, 2).reshape(
+                    batch * pages, kv_heads, size, HEAD_DIM)
+            table = order.view(batch, pages).to(torch.int32)
+            fns[str(size)] = (lambda q=q, k_pool=k_pool, v_pool=v_pool, lens=lens, table=table: flash_decoding.decode(
+                q, k_pool, v_pool, lens, block_table=table, check_lengths=False))
+            err = ((fns[str(size)]().float() - expected.float()).norm() / expected.float().norm()).item()
+            assert err < 1e-3, f"paged cache of {size}-key pages: relative error {err:.2e} against the contiguous one"
+        times = gpu_ms_interleaved(fns, budget_ms=1500)
+        limit_us = 2 * batch * kv_heads * context * HEAD_DIM * 2 / bandwidth * 1e6
+        rows += [{"kind": "paged", "batch": batch, "context": context, "q_heads": q_heads, "kv_heads": kv_heads,
+                  "pages": name, "us": ms * 1e3, "share": limit_us / (ms * 1e3)} for name, ms in times.items()]
+        progress(f"paged B={batch} L={context} H={q_heads}/{kv_heads}: "
+                 + ", ".join(f"{name} {ms * 1e3:.1f} us" for name, ms in times.items()))
+        del q, k, v, fns
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
 def run(progress: Progress) -> list[dict]:
     ways = _copy_bandwidths()
     bandwidth = max(ways.values())  # the limit: the fastest copy measured
@@ -184,7 +225,8 @@ def run(progress: Progress) -> list[dict]:
                     row = _decode_row(dtype, batch, context, heads, bandwidth, progress)
                     if row is not None:
                         rows.append(row)
-    return rows + _splits_rows(bandwidth, progress) + _tiles_rows(bandwidth, progress)
+    return (rows + _splits_rows(bandwidth, progress) + _tiles_rows(bandwidth, progress)
+            + _paged_rows(bandwidth, progress))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -193,6 +235,10 @@ def run(progress: Progress) -> list[dict]:
 
 def _rows(result: dict, kind: str) -> list[dict]:
     return [r for r in result["rows"] if r["kind"] == kind]
+
+
+def _cell(row: dict) -> str:
+    return f"{row['us']:.1f} ({row['share']:.0%})"
 
 
 def _best_peer(row: dict) -> float | None:
@@ -240,7 +286,7 @@ def splits_table(result: dict) -> str:
     rows = _rows(result, "splits")
     contexts = sorted({r["context"] for r in rows})
     by = {(r["context"], r["splits"]): r for r in rows}
-    body = [[s, *(f"{by[(c, s)]['us']:.1f} ({by[(c, s)]['share']:.0%})" for c in contexts)] for s in SPLIT_COUNTS]
+    body = [[s, *(_cell(by[(c, s)]) for c in contexts)] for s in SPLIT_COUNTS]
     return render.table(["splits", *(f"context {c:,}: µs (of limit)" for c in contexts)], body) + (
         "\n\nBatch 1, 32 query heads on 8 KV heads, head dim 128, fp16.")
 
@@ -250,10 +296,22 @@ def tiles_table(result: dict) -> str:
     rows = _rows(result, "tiles")
     shapes = list(dict.fromkeys((r["batch"], r["context"], r["q_heads"], r["kv_heads"]) for r in rows))
     by = {(r["batch"], r["context"], r["q_heads"], r["kv_heads"], r["block_n"]): r for r in rows}
-    body = [[b, f"{c:,}", f"{hq}/{hk}", *(f"{by[(b, c, hq, hk, n)]['us']:.1f} ({by[(b, c, hq, hk, n)]['share']:.0%})"
-                                         for n in TILE_SIZES)] for b, c, hq, hk in shapes]
+    body = [[b, f"{c:,}", f"{hq}/{hk}", *(_cell(by[(b, c, hq, hk, n)]) for n in TILE_SIZES)] for b, c, hq, hk in shapes]
     return render.table(["batch", "context", "heads q/kv", *(f"{n} keys per tile: µs (of limit)" for n in TILE_SIZES)],
                         body) + "\n\nfp16, head dim 128, one query per sequence, from CUDA graphs taken in turns."
+
+
+def paged_table(result: dict) -> str:
+    """The book's kernel on a contiguous cache and on the same cache in pages of each size, timed in turns."""
+    rows = _rows(result, "paged")
+    shapes = list(dict.fromkeys((r["batch"], r["context"], r["q_heads"], r["kv_heads"]) for r in rows))
+    by = {(r["batch"], r["context"], r["q_heads"], r["kv_heads"], r["pages"]): r for r in rows}
+    columns = ["contiguous", *(str(n) for n in PAGE_SIZES)]
+    body = [[b, f"{c:,}", f"{hq}/{hk}", *(_cell(by[(b, c, hq, hk, name)]) for name in columns)]
+            for b, c, hq, hk in shapes]
+    return render.table(["batch", "context", "heads q/kv", "contiguous: µs (of limit)",
+                         *(f"pages of {n}" for n in PAGE_SIZES)], body) + (
+        "\n\nfp16, head dim 128, one query per sequence, pages in a shuffled order, from CUDA graphs taken in turns.")
 
 
 def copy_sentence(result: dict) -> str:
@@ -284,7 +342,7 @@ BENCHMARK = Benchmark(
     title="Chapter 12: one decode step against the bandwidth limit and every SDPA backend",
     sources=["kernels/flash_decoding.py", "kernels/flash_attention.py", "book/bench/decode.py"],
     run=run,
-    views={"table": table, "targets": targets, "splits": splits_table, "tiles": tiles_table, "copy": copy_sentence,
-           "plot": plot},
+    views={"table": table, "targets": targets, "splits": splits_table, "tiles": tiles_table, "paged": paged_table,
+           "copy": copy_sentence, "plot": plot},
     awaiting_gpu="issue 21: the decode benchmark's first GPU run",
 )
