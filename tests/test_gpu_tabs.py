@@ -17,6 +17,7 @@ def test_a_second_gpu_gets_its_own_tab_in_every_view(tmp_path):
     # A made-up second GPU: the first GPU's numbers under another name, in a copy only.
     result = json.loads(MEASURED[0].read_text())
     first_gpu = result["provenance"]["gpu"]
+    measured_gpus = [json.loads(path.read_text())["provenance"]["gpu"] for path in MEASURED]
     result["provenance"].update(gpu="Test GPU Two", gpu_slug="test-gpu-two")
     # ... measured on an older version of the kernel, so only its tabs warn.
     result["provenance"]["sources"]["kernels/vector_add.py"] = "sha256:" + "0" * 64
@@ -32,9 +33,9 @@ def test_a_second_gpu_gets_its_own_tab_in_every_view(tmp_path):
 
     # One tab set per view, each with one tab per GPU (two views in a row must not merge into one set).
     tab_sets = re.findall(r'class="tabbed-set tabbed-alternate" data-tabs="\d+:(\d+)"', html)
-    assert tab_sets == ["2"] * len(views), tab_sets
+    assert tab_sets == [str(len(MEASURED) + 1)] * len(views), tab_sets
     labels = re.findall(r'<label for="__tabbed_\d+_\d+">([^<]+)</label>', html)
-    assert labels == [first_gpu, "Test GPU Two"] * len(views)
+    assert labels == [*measured_gpus, "Test GPU Two"] * len(views)
     assert html.count(f'class="provenance">Measured on {first_gpu}') == len(views)
     assert html.count('class="provenance">Measured on Test GPU Two') == len(views)
     tabs = html.split('<div class="tabbed-block">')

@@ -47,7 +47,7 @@ def test_a_valid_result_passes():
         lambda r: r["provenance"].update(date="yesterday"),
         lambda r: r["provenance"]["sources"].update({"kernels/x.py": "not-a-hash"}),
         lambda r: r.update(rows=[]),
-        lambda r: r["rows"][0].update(nested={"a": 1}),
+        lambda r: r["rows"][0].update(nested={"a": {"b": 1}}),
         lambda r: r.update(schema=2),
     ],
     ids=["no-triton", "no-sources", "bad-date", "bad-hash", "no-rows", "nested-row", "schema-version"],
