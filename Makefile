@@ -48,6 +48,7 @@ serve: setup
 
 build: setup
 	$(PY) -m mkdocs build --strict
+	$(PY) -m book.site_check site
 
 lint: setup
 	$(PY) -m ruff check .
@@ -98,6 +99,7 @@ refresh:
 	$(GPU_VENV_PY) -m pytest -q -m gpu -n $(GPU_TEST_WORKERS) tests
 	$(GPU_VENV_PY) -m book.bench $(if $(ONLY),--only $(ONLY),)
 	$(GPU_VENV_PY) -m mkdocs build --strict
+	$(GPU_VENV_PY) -m book.site_check site
 
 clean:
 	rm -rf site .pytest_cache .ruff_cache

@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from book import RESULTS_DIR, render
+from book import RESULTS_DIR, render, site_check
 from tests.site import build, copy_book
 
 
@@ -83,3 +83,26 @@ def test_changed_kernel_shows_stale_warning(tmp_path):
 def test_fresh_results_show_no_stale_warning(site):
     html = (site / "chapters/02-vector-add/index.html").read_text()
     assert render.STALE_TITLE not in html
+
+
+def test_the_built_site_passes_the_site_check(site):
+    assert site_check.problems(site) == []
+
+
+def test_a_build_without_the_books_steps_fails_the_site_check(tmp_path):
+    """A generator that runs no MkDocs hook and no mkdocs-jupyter (Zensical, today) builds without an error and
+    drops every results view, stepper and notebook page; the site check names each loss."""
+    book = copy_book(tmp_path / "book")
+    config = (book / "mkdocs.yml").read_text()
+    config = config.replace("hooks:\n  - book/mkdocs_hooks.py\n", "")
+    config = re.sub(r"  - mkdocs-jupyter:\n(      .*\n)+", "", config)
+    assert "mkdocs_hooks" not in config and "mkdocs-jupyter" not in config
+    (book / "mkdocs.yml").write_text(config)
+    done = build(book, tmp_path / "site", strict=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = site_check.problems(tmp_path / "site", docs=book / "docs")
+    assert any("the results marker 'vector_add crossover' was not rendered" in line for line in found)
+    assert any("the stepper marker" in line for line in found)
+    assert any("the figure marker" in line for line in found)
+    assert any("ch12_decoding.ipynb: not rendered to a page" in line for line in found)
+    assert any(line.startswith("chapters/12-decoding/index.html: no link to its companion notebook") for line in found)
