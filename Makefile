@@ -32,7 +32,7 @@ GPU_VENV := .venv-gpu
 GPU_VENV_PY := $(GPU_VENV)/bin/python
 GPU_STAMP := $(GPU_VENV)/.installed
 
-.PHONY: setup serve build test check chapter test-gpu bench setup-gpu refresh outputs lint clean wheelhouse
+.PHONY: setup serve build build-zensical test check chapter test-gpu bench setup-gpu refresh outputs lint clean wheelhouse
 
 $(STAMP): requirements/cpu.txt requirements/docs.txt requirements/test.txt pyproject.toml
 	python3 -m venv $(VENV)
@@ -49,6 +49,11 @@ serve: setup
 build: setup
 	$(PY) -m mkdocs build --strict
 	$(PY) -m book.site_check site
+
+build-zensical: setup
+	$(PY) -m book.bake
+	$(PY) -m zensical build -f build/baked.yml
+	$(PY) -m book.site_check build/site-baked
 
 lint: setup
 	$(PY) -m ruff check .
@@ -102,4 +107,4 @@ refresh:
 	$(GPU_VENV_PY) -m book.site_check site
 
 clean:
-	rm -rf site .pytest_cache .ruff_cache
+	rm -rf site build .pytest_cache .ruff_cache

@@ -10,7 +10,7 @@ from book import ROOT
 BARE = r"""
 import importlib.abc, sys
 MISSING = {"mkdocs", "material", "pymdownx", "mkdocs_jupyter", "nbformat", "nbclient", "jupytext", "yaml",
-                   "playwright", "matplotlib", "jsonschema", "bs4", "markdown", "ruff", "xdist"}
+                   "playwright", "matplotlib", "jsonschema", "bs4", "markdown", "ruff", "xdist", "zensical"}
 class Bare(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name.split(".")[0] in MISSING:
