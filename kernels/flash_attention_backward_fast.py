@@ -102,8 +102,11 @@ def _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, s
         ds = (p * (tl.dot(do, tl.trans(v)) - delta[:, None])).to(q.dtype)
         dk = tl.dot(tl.trans(ds), q, dk)
     if ATOMIC_DQ:  # this tile's share of dQ = dS K, added into the fp32 buffer (scaled once, at the end)
-        tl.atomic_add(dq_acc + (row0 + offs_m)[:, None] * HEAD_DIM + offs_d[None, :], tl.dot(ds, k),
-                      sem="relaxed")
+        dq = tl.dot(ds, k)
+        if USE_TMA:  # the whole tile in one bulk reduce-add, done by the copy engine from shared memory
+            dq_acc.atomic_add([row0 + start_m, 0], dq)
+        else:  # one atomic add per element, issued by the threads
+            tl.atomic_add(dq_acc + (row0 + offs_m)[:, None] * HEAD_DIM + offs_d[None, :], dq, sem="relaxed")
     return dk, dv
 # --8<-- [end:dkdv-step]
 
@@ -205,9 +208,9 @@ def _set_block_shapes(nargs):
     """Tensor descriptors carry their block shape; set it to the configuration being tried."""
     if isinstance(nargs["q_src"], TensorDescriptor):
         rows = {"q_src": "BLOCK_M", "do_src": "BLOCK_M", "k_src": "BLOCK_N", "v_src": "BLOCK_N",
-                "dk_dst": "BLOCK_N", "dv_dst": "BLOCK_N", "dq_dst": "BLOCK_M"}
+                "dk_dst": "BLOCK_N", "dv_dst": "BLOCK_N", "dq_dst": "BLOCK_M", "dq_acc": "BLOCK_M"}
         for name, block in rows.items():
-            if name in nargs:
+            if isinstance(nargs.get(name), TensorDescriptor):
                 nargs[name].block_shape = [nargs[block], nargs["HEAD_DIM"]]
 
 
@@ -240,10 +243,17 @@ def _prune_dq(configs, named_args, **kwargs):
     return configs
 
 
+def _zero_dq_acc(nargs, reset_only=False):
+    """Before each timed try of the autotuner: ATOMIC_DQ adds into dq_acc, so every try starts from zeros."""
+    del reset_only
+    buffer = nargs["dq_acc"]
+    (buffer.base if isinstance(buffer, TensorDescriptor) else buffer).zero_()
+
+
 # Tuned once per head dim, causal setting, switches and power-of-two bucket of N, not per exact length.
 _dkdv_tuned = triton.autotune(configs=DKDV_CONFIGS, key=["N_BUCKET", "HEAD_DIM", "CAUSAL", *BEST_FEATURES],
                               prune_configs_by={"early_config_prune": _prune_dkdv},
-                              reset_to_zero=["dq_acc"])(_dkdv_kernel)
+                              pre_hook=_zero_dq_acc)(_dkdv_kernel)
 _dq_tuned = triton.autotune(configs=DQ_CONFIGS, key=["N_BUCKET", "HEAD_DIM", "CAUSAL", "SPLIT_DIAGONAL", "USE_TMA"],
                             prune_configs_by={"early_config_prune": _prune_dq})(_dq_kernel)
 # --8<-- [end:configs]
@@ -345,7 +355,8 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     common = dict(HEAD_DIM=head_dim, CAUSAL=bool(causal), SPLIT_DIAGONAL=switches["SPLIT_DIAGONAL"] and bool(causal),
                   USE_TMA=switches["USE_TMA"])
     bucket = min(triton.next_power_of_2(seq), 16384)
-    args = (source(q2), source(k2), source(v2), source(do2), source(dk), source(dv), dq_acc, lse2, delta,
+    args = (source(q2), source(k2), source(v2), source(do2), source(dk), source(dv),
+            source(dq_acc) if switches["ATOMIC_DQ"] else dq_acc, lse2, delta,
             sm_scale, sm_scale * LOG2_E, seq, bucket)
     _launch(_dkdv_kernel, _dkdv_tuned, dkdv_config, lambda meta: (seq // meta["BLOCK_N"], batch * heads), args,
             dict(common, TRANSPOSED=switches["TRANSPOSED"], ATOMIC_DQ=switches["ATOMIC_DQ"]))
