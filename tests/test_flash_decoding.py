@@ -128,11 +128,17 @@ def test_outputs_are_fully_written(device):
     check(q, k, v, torch.tensor([100, 33], device=device), num_splits=4)
 
 
-def test_choose_splits_fills_the_gpu_without_tiny_splits():
-    assert fd.choose_splits(batch=1, kv_heads=8, capacity=8192, sm_count=132) == 16  # 33 wanted, 16 of 4 tiles
-    assert fd.choose_splits(batch=1, kv_heads=8, capacity=8192, sm_count=132, block_n=64) == 32
-    assert fd.choose_splits(batch=1, kv_heads=8, capacity=1 << 17, sm_count=132) == 33  # 8 programs -> 33 wanted
-    assert fd.choose_splits(batch=64, kv_heads=8, capacity=8192, sm_count=132) == 1  # 512 programs already
+def test_choose_splits_fills_whole_waves_without_tiny_splits():
+    # 8 programs per split: 16 splits are 128 programs, one wave of 132 SMs nearly full
+    assert fd.choose_splits(batch=1, kv_heads=8, capacity=8192, sm_count=132) == 16
+    assert fd.choose_splits(batch=1, kv_heads=8, capacity=1 << 17, sm_count=132) == 16
+    # 32 programs: 4 splits fill one wave to 97%; 9 (the old rule's two per SM) would leave a third wave of 24
+    assert fd.choose_splits(batch=1, kv_heads=32, capacity=32768, sm_count=132) == 4
+    # two programs per SM double the slots, and so the splits
+    assert fd.choose_splits(batch=1, kv_heads=32, capacity=32768, sm_count=132, programs_per_sm=2) == 8
+    assert fd.choose_splits(batch=8, kv_heads=8, capacity=8192, sm_count=132) == 2  # 64 programs -> 128
+    assert fd.choose_splits(batch=64, kv_heads=8, capacity=8192, sm_count=132) == 1  # 512 programs: 3.9 waves
+    assert fd.choose_splits(batch=1, kv_heads=8, capacity=1024, sm_count=132) == 2  # at most 1024 / (4 x 128)
     assert fd.choose_splits(batch=1, kv_heads=8, capacity=300, sm_count=132) == 1  # no split under 4 tiles
 
 
