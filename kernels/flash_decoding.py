@@ -255,7 +255,8 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_
     if page_size:
         block_n = min(block_n, page_size)  # a tile never straddles two pages
     if num_splits is None:
-        num_splits = choose_splits(batch, kv_heads, capacity, *_slots(q, block_n), block_n=block_n)
+        sm_count, programs_per_sm = _slots(q, block_n)
+        num_splits = choose_splits(batch, kv_heads, capacity, sm_count, block_n, programs_per_sm)
     if not (isinstance(num_splits, int) and num_splits >= 1):
         raise ValueError(f"num_splits must be a positive integer, got {num_splits!r}")
     group = q_heads // kv_heads

@@ -86,10 +86,10 @@ def check(q, k, v, lens, page_size=None, **kwargs):
 # On any machine (the interpreter without a GPU): fp32, small
 
 
-@pytest.mark.parametrize("num_splits", [1, 2, 3, 7])  # 7 splits of a 130-key cache: some splits are empty
+@pytest.mark.parametrize("num_splits", [None, 1, 2, 3, 7])  # None: choose_splits; 7 splits of 130 keys: some empty
 @pytest.mark.parametrize(("q_heads", "kv_heads"), [(4, 4), (4, 1), (8, 2)])  # MHA, MQA, GQA with groups of 4
 def test_splits_and_groups_match_float64(num_splits, q_heads, kv_heads, device):
-    q, k, v = make(2, q_heads, kv_heads, 1, 130, 32, torch.float32, device, seed=num_splits + q_heads)
+    q, k, v = make(2, q_heads, kv_heads, 1, 130, 32, torch.float32, device, seed=(num_splits or 0) + q_heads)
     check(q, k, v, torch.tensor([130, 77], device=device), num_splits=num_splits)
 
 
