@@ -33,7 +33,6 @@ import kernels
 from kernels.validate import check_device, check_dtype, check_ndim, check_same_device, check_same_dtype, softmax_scale
 
 LOG2_E = 1.4426950408889634
-LN_2 = 0.6931471805599453
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_QUERIES = 16  # new queries per sequence: one token, or a few with speculative decoding
 MAX_ROWS = 128  # query heads per KV head x new queries: the rows of one program's tile
@@ -45,7 +44,7 @@ MAX_SPLITS = 128
 
 # --8<-- [start:split]
 @triton.jit
-def _decode_split(Q, K, V, Lens, BlockTable, OPart, LsePart, qk_scale,
+def _decode_split(Q, K, V, Lens, BlockTable, OPart, LsePart, Out, Lse, qk_scale,
                   stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                   stride_vb, stride_vh, stride_vn, stride_table, N_Q, KV_HEADS, SPLIT_KEYS, CAPACITY,
                   GROUP: tl.constexpr, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
@@ -107,9 +106,14 @@ def _decode_split(Q, K, V, Lens, BlockTable, OPart, LsePart, qk_scale,
     out = acc / tl.where(seen, l, 1.0)[:, None]
     lse = tl.where(seen, m + tl.math.log2(tl.where(seen, l, 1.0)), float("-inf"))
     part = (batch * KV_HEADS * GROUP + head) * N_Q + t  # row index of (batch, head, t) in (B * Hq * Nq)
-    tl.store(OPart + (part[:, None] * NUM_SPLITS + split) * HEAD_DIM_PAD + offs_d[None, :], out,
-             mask=row_ok[:, None])
-    tl.store(LsePart + part * NUM_SPLITS + split, lse, mask=row_ok)
+    if NUM_SPLITS == 1:  # the only split's state is the answer: write it, and the wrapper launches no merge
+        tl.store(Out + part[:, None] * HEAD_DIM + offs_d[None, :], out.to(Out.dtype.element_ty),
+                 mask=row_ok[:, None] & d_ok[None, :])
+        tl.store(Lse + part, lse * 0.6931471805599453, mask=row_ok)  # natural log
+    else:
+        tl.store(OPart + (part[:, None] * NUM_SPLITS + split) * HEAD_DIM_PAD + offs_d[None, :], out,
+                 mask=row_ok[:, None])
+        tl.store(LsePart + part * NUM_SPLITS + split, lse, mask=row_ok)
 # --8<-- [end:split]
 
 
@@ -139,9 +143,9 @@ def _decode_merge(OPart, LsePart, Out, Lse, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD
 def choose_splits(batch: int, kv_heads: int, capacity: int, sm_count: int, block_n: int = BLOCK_N,
                   programs_per_sm: int = 1) -> int:
     """How many splits: the fewest whose programs fill the GPU's waves (chapter 8) within 5% of the best that any
-    count reaches, with no split shorter than four tiles."""
+    count reaches, with no split shorter than one tile."""
     programs, slots = batch * kv_heads, sm_count * programs_per_sm
-    most = max(1, min(capacity // (4 * block_n), MAX_SPLITS))
+    most = max(1, min(capacity // block_n, MAX_SPLITS))
 
     def fill(splits: int) -> float:  # the share of the SMs' slots that are busy, averaged over the waves
         waves = programs * splits / slots
@@ -266,19 +270,23 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_
     lse = torch.empty((batch, q_heads, n_q), device=q.device, dtype=torch.float32)
     if rows == 0:
         return (out, lse) if return_lse else out
-    o_part = torch.empty((rows, num_splits, head_dim_pad), device=q.device, dtype=torch.float32)
-    lse_part = torch.empty((rows, num_splits), device=q.device, dtype=torch.float32)
+    if num_splits > 1:
+        o_part = torch.empty((rows, num_splits, head_dim_pad), device=q.device, dtype=torch.float32)
+        lse_part = torch.empty((rows, num_splits), device=q.device, dtype=torch.float32)
+    else:  # no partial states: the kernel writes out and lse itself
+        o_part, lse_part = out, lse
     lens = cache_lens.to(torch.int32)
     split_keys = triton.cdiv(triton.cdiv(max(capacity, 1), num_splits), block_n) * block_n
     table = lens if block_table is None else block_table.contiguous()  # without pages: a pointer never read
     _decode_split[(num_splits, batch * kv_heads)](
-        q, k_cache, v_cache, lens, table, o_part, lse_part, sm_scale * LOG2_E,
+        q, k_cache, v_cache, lens, table, o_part, lse_part, out, lse, sm_scale * LOG2_E,
         *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], table.stride(0), n_q, kv_heads, split_keys,
         capacity,
         GROUP=group, ROWS=max(triton.next_power_of_2(group * n_q), 16), HEAD_DIM=head_dim,
         HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=num_splits, BLOCK_N=block_n, PAGE_SIZE=page_size,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=NUM_WARPS, num_stages=NUM_STAGES)
-    _decode_merge[(rows,)](o_part, lse_part, out, lse, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
-                           NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits))
+    if num_splits > 1:
+        _decode_merge[(rows,)](o_part, lse_part, out, lse, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
+                               NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits))
     return (out, lse) if return_lse else out
 # --8<-- [end:wrapper]

@@ -21,7 +21,7 @@ RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 3.0e12,
                    _row("float16", 64, 131072, (32, 8), ours_us=3000.0, flash_us=2900.0, cudnn_us=3100.0),
                    _row("bfloat16", 1, 8192, (32, 8), ours_us=18.0, flash_us=25.0),
                    *({"kind": "splits", "context": c, "splits": s, "us": 100.0 / s, "share": s / 100}
-                     for c in (8192, 131072) for s in bench.SPLIT_COUNTS),
+                     for c in bench.SPLIT_CONTEXTS for s in bench.SPLIT_COUNTS),
                    *({"kind": "tiles", "batch": 8, "context": 131072, "q_heads": 32, "kv_heads": 32, "block_n": n,
                       "us": 4000.0 + n, "share": 0.9} for n in bench.TILE_SIZES),
                    *({"kind": "paged", "batch": 1, "context": 131072, "q_heads": 32, "kv_heads": 8, "pages": name,
@@ -33,6 +33,13 @@ def test_targets_count_each_target_and_name_the_small_case():
     assert "fastest SDPA backend in 2 of 3 rows" in text  # the 64 x 128K row is slower than FlashAttention-2
     assert "in 1 of the 1 rows with at least 256 MiB" in text  # 16 GiB of K and V: only the batch-64 row
     assert "float16 32/8 heads 56%" in text and "bfloat16 32/8 heads 62%" in text  # 11.2 us over 20 and over 18
+
+
+def test_gaps_count_rows_below_the_fastest_backend_per_cache_length():
+    text = bench.gaps(RESULT)
+    assert "8,192 keys: none of 2" in text  # 20 and 18 us against FlashAttention-2's 25
+    assert "131,072 keys: 1 of 1, the lowest 0.967 (3.3% behind; batch 64, 32/8 heads, float16)" in text  # 2900/3000
+    assert "1,024 keys" not in text and "32,768 keys" not in text  # no rows of those lengths
 
 
 def test_table_shows_fp16_rows_and_refusals():

@@ -8,7 +8,7 @@ def test_decode_step_counts_programs_bytes_and_merges_exactly():
     assert fresh == stored
     assert "K and V of the cache: 32 MiB; 134 MFLOP; 4.0 FLOP per byte (the group size is 4)" in fresh
     assert "chapter 5's kernel: 32 programs for 132 SMs; reads 128 MiB (4x the cache)" in fresh
-    assert "16 splits of 512 keys x 8 KV heads = 128 programs" in fresh  # 33 wanted; no split under 4 tiles of 128
+    assert "16 splits of 512 keys x 8 KV heads = 128 programs" in fresh  # the fewest splits that fill one wave
     assert "plus 0.50 MiB of partial states" in fresh  # 32 heads x 16 splits x 129 fp32 numbers, written and read
     assert "4 splits merged equal the direct softmax: True" in fresh
 

@@ -128,7 +128,7 @@ def test_outputs_are_fully_written(device):
     check(q, k, v, torch.tensor([100, 33], device=device), num_splits=4)
 
 
-def test_choose_splits_fills_whole_waves_without_tiny_splits():
+def test_choose_splits_fills_whole_waves_with_no_split_under_a_tile():
     # 8 programs per split: 16 splits are 128 programs, one wave of 132 SMs nearly full
     assert fd.choose_splits(batch=1, kv_heads=8, capacity=8192, sm_count=132) == 16
     assert fd.choose_splits(batch=1, kv_heads=8, capacity=1 << 17, sm_count=132) == 16
@@ -138,8 +138,10 @@ def test_choose_splits_fills_whole_waves_without_tiny_splits():
     assert fd.choose_splits(batch=1, kv_heads=32, capacity=32768, sm_count=132, programs_per_sm=2) == 8
     assert fd.choose_splits(batch=8, kv_heads=8, capacity=8192, sm_count=132) == 2  # 64 programs -> 128
     assert fd.choose_splits(batch=64, kv_heads=8, capacity=8192, sm_count=132) == 1  # 512 programs: 3.9 waves
-    assert fd.choose_splits(batch=1, kv_heads=8, capacity=1024, sm_count=132) == 2  # at most 1024 / (4 x 128)
-    assert fd.choose_splits(batch=1, kv_heads=8, capacity=300, sm_count=132) == 1  # no split under 4 tiles
+    # 8 programs and a 1K cache: one tile per split, the most there are, fills the GPU best
+    assert fd.choose_splits(batch=1, kv_heads=8, capacity=1024, sm_count=132) == 8
+    assert fd.choose_splits(batch=1, kv_heads=8, capacity=300, sm_count=132) == 2  # two whole tiles of 128
+    assert fd.choose_splits(batch=1, kv_heads=8, capacity=100, sm_count=132) == 1  # no split under a tile
 
 
 @pytest.mark.parametrize(("change", "error", "message"), [

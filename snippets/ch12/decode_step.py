@@ -20,7 +20,7 @@ naive_programs = batch * q_heads  # chapter 5's kernel: one program per (sequenc
 naive_bytes = 2 * batch * q_heads * context * d * fp16  # each program reads its KV head's cache alone
 print(f"chapter 5's kernel: {naive_programs} programs for {sm_count} SMs; reads {naive_bytes / 2**20:.0f} MiB "
       f"({naive_bytes // kv_bytes}x the cache)")
-splits = choose_splits(batch, kv_heads, context, sm_count)  # whole waves of programs, splits of 4 tiles or more
+splits = choose_splits(batch, kv_heads, context, sm_count)  # whole waves of programs, no split under a tile
 split_programs = batch * kv_heads * splits
 partial_bytes = batch * q_heads * splits * (d + 1) * 4  # each split writes an fp32 output row and a logsumexp
 print(f"split-KV with groups: {splits} splits of {context // splits} keys x {batch * kv_heads} KV heads = "

@@ -1,0 +1,31 @@
+"""Chapter 11's benchmark views that count from the rows, fed a small fake result (no GPU needed)."""
+
+from book.bench import backward_fast as bench
+
+FINAL = [s for s in bench.STEPS if s.kept][-1].key
+
+
+def _speed(n, fast, cudnn, dtype="float16", d=64, causal=False):
+    return {"kind": "speed", "dtype": dtype, "head_dim": d, "causal": causal, "N": n, "fast_backward": fast,
+            "sdpa_cudnn_backward": cudnn}
+
+
+RESULT = {"rows": [
+    {"kind": "step", "step": FINAL, "head_dim": 64, "causal": False, "N": 4096, "tflops": 490.0},
+    {"kind": "step", "step": "readable", "head_dim": 64, "causal": False, "N": 4096, "tflops": 300.0},
+    {"kind": "dq", "head_dim": 64, "causal": False, "N": 16384, "second_pass_backward": 540.0, "atomic_backward": 1.0},
+    _speed(4096, 500.0, 400.0), _speed(16384, 500.0, 600.0), _speed(4096, 100.0, 150.0, dtype="bfloat16"),
+    _speed(1024, 300.0, 100.0),  # below the targets' range: not counted
+]}
+
+
+def test_noise_compares_the_final_kernel_with_itself_per_length():
+    text = bench.noise(RESULT)
+    assert "at N = 4,096 the two readings differ by up to 2.0%" in text  # 500 / 490; bf16 rows are not compared
+    assert "at N = 16,384 the two readings differ by up to 8.0%" in text  # 540 / 500
+
+
+def test_executed_counts_the_rows_where_the_products_run_beat_cudnn():
+    text = bench.executed(RESULT)  # 7/5 of 500 is 700, of 100 is 140
+    assert "did 140 to 700 TFLOP/s of products" in text
+    assert "in 2 of 3 rows; the ratio of the two runs from 0.93× to 1.75×" in text  # 140 / 150, 700 / 400
