@@ -29,3 +29,17 @@ def test_executed_counts_the_rows_where_the_products_run_beat_cudnn():
     text = bench.executed(RESULT)  # 7/5 of 500 is 700, of 100 is 140
     assert "did 140 to 700 TFLOP/s of products" in text
     assert "in 2 of 3 rows; the ratio of the two runs from 0.93× to 1.75×" in text  # 140 / 150, 700 / 400
+
+
+def test_tile_changes_name_only_the_tiles_that_changed_against_the_last_kept_step():
+    keys = [s.key for s in bench.STEPS]
+    tuned = "64x64, 4 warps, 3 stages"
+    rows = [{"kind": "step", "step": key, "head_dim": d, "causal": c, "configs": {"dkdv": tuned, "dq": tuned}}
+            for key in keys[2:] for d, c in bench.SHAPES]
+    rows[0]["configs"] = {"dkdv": "64x64, 4 warps, 2 stages", "dq": tuned}  # the first autotuned step, D=64
+    text = bench.tile_changes({"rows": rows})
+    first = text.splitlines()[0]  # against the pinned step: 64x64, 4 warps, 2 stages for both kernels
+    assert "D=64 non-causal: dQ 64x64, 4 warps, 2 stages → 64x64, 4 warps, 3 stages" in first
+    assert "dK/dV" not in first.split("D=64 causal")[0]  # unchanged there
+    assert "D=64 non-causal: dK/dV 64x64, 4 warps, 2 stages → 64x64, 4 warps, 3 stages" in text.splitlines()[1]
+    assert text.count("no tile changed") == len(keys) - 4  # every later step kept the same tiles

@@ -339,6 +339,33 @@ def step_deltas(result: dict) -> str:
     return "\n".join(lines)
 
 
+def tile_changes(result: dict) -> str:
+    """The tiles the autotuner picked in each autotuned step, where they differ from the last kept step before it."""
+    by = {(r["step"], r["head_dim"], r["causal"]): r for r in _rows(result, "step")}
+    kernels = {"dkdv": "dK/dV", "dq": "dQ"}
+
+    def tiles(step: Step, d: int, causal: bool) -> dict | None:
+        if step.pinned is not None:
+            return dict.fromkeys(kernels, "{}x{}, {} warps, {} stages".format(*step.pinned))
+        return (by.get((step.key, d, causal)) or {}).get("configs")
+
+    lines, base = [], STEPS[0]
+    for step in STEPS[1:]:
+        if step.pinned is None:
+            parts = []
+            for d, c in SHAPES:
+                now, before = tiles(step, d, c), tiles(base, d, c)
+                changed = [f"{name} {before[k]} → {now[k]}" for k, name in kernels.items()
+                           if now and before and now.get(k) and before.get(k) and now[k] != before[k]]
+                if changed:
+                    parts.append(f"{_label(d, c)}: {', '.join(changed)}")
+            lines.append(f"- **{step.title}** (against *{base.title}*): {'; '.join(parts) or 'no tile changed'}.")
+        if step.kept:
+            base = step
+    return "\n".join(lines) + ("\n\nA tile is written as query rows x keys, warps, pipeline stages. A step without "
+                               "a dQ kernel (atomic adds) is compared on dK/dV only.")
+
+
 def predictions(result: dict) -> str:
     """Each step's change and the prediction written before it was first measured."""
     del result
@@ -484,7 +511,8 @@ BENCHMARK = Benchmark(
              "kernels/flash_attention_hopper.py", "kernels/hopper_schedule.py", "book/bench/backward.py",
              "book/bench/backward_fast.py"],
     run=run,
-    views={"steps": steps_table, "deltas": step_deltas, "predictions": predictions, "dq": dq_table,
+    views={"steps": steps_table, "deltas": step_deltas, "tiles": tile_changes, "predictions": predictions,
+           "dq": dq_table,
            "noise": noise, "table": table, "step-table": step_table, "targets": targets, "executed": executed,
            "versus-readable": versus_readable,
            "checks": checks, "plot": plot},
