@@ -1,0 +1,293 @@
+"""Chapter 11, step 8: the backward in Gluon, with five matrix products per tile instead of seven.
+
+Chapter 11's Triton backward computes dQ in a second kernel, which repeats two of the five products of each
+tile. Adding dQ across programs instead (steps 5 and 7) lost in Triton, whose compiler gives the same warps every
+job. This kernel writes the schedule by hand, as chapter 9 did for the forward:
+
+- One program per 128 keys of one (batch, head). One warp only copies: K and V once, then the Q and dO blocks of
+  BLOCK_M rows into a ring of shared-memory slots. Two warpgroups (4 warps each) only compute, each for 64 of the
+  program's keys, and keep their dK and dV in registers.
+- Per Q block, each warpgroup computes Sᵀ = K Qᵀ and dPᵀ = V dOᵀ (keys as rows, chapter 11's step 3), then
+  dV += Pᵀ dO and dK += dSᵀ Q, with Pᵀ and dSᵀ fed from registers.
+- dQ's share of the block, dS K over all 128 keys, needs both warpgroups' dSᵀ: each writes its half to shared
+  memory, and then each computes half of dQ's columns (K's columns are loaded a second time, in two halves, for
+  this product). The copy engine adds each half into an fp32 buffer in one bulk reduce-add (TMA), while the
+  warpgroup goes on to the next block.
+
+The inputs are the fast path's: fp16 or bf16, head dim 64 or 128, equal query and key lengths that are a multiple
+of 128, contiguous tensors, a Hopper GPU. Gluon does not run in Triton's CPU interpreter. D = rowsum(dO ∘ O),
+the base-2 logsumexp, the zeroed fp32 buffer and the final scaling of dQ come from the Triton backward's small
+kernels (kernels/flash_attention_backward_fast.py).
+"""
+
+from __future__ import annotations
+
+import torch
+from triton._C.libtriton import ir
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+import kernels
+from kernels import flash_attention_backward_fast as triton_backward
+from kernels.validate import check_same_device, check_same_dtype, softmax_scale
+
+# Triton renamed the TMA copies after 3.6 (see kernels/flash_attention_hopper.py); take whichever this one has.
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+_thread_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+
+KEYS_PER_WARPGROUP = gl.constexpr(64)  # one wgmma covers 64 rows; a program's 128 keys are two warpgroups' rows
+
+
+@builtin
+def _tma_reduce_add_36(tensor_desc, coord, src, _semantic=None):
+    """Triton 3.6's Gluon builds the TMA reduce-add but gives it no Python name; later Tritons call it
+    tma.async_atomic_add."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
+
+
+_tma_reduce_add = getattr(tma, "async_atomic_add", None) or _tma_reduce_add_36
+
+
+# --8<-- [start:load]
+@gluon.jit
+def _load_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
+                    CAUSAL: gl.constexpr):
+    """One warp: K and V once (and K again in two column halves, for dQ), then the Q and dO blocks into the ring."""
+    q_desc, k_desc, v_desc, do_desc, k_half_desc, dq_desc, dk_desc, dv_desc = descs
+    q_smem, do_smem, k_smem, v_smem, k_half_smem, ds_smem, dq_smem = smem
+    kv_ready, q_ready, q_free, do_ready, do_free, ds_ready = bars
+    stages: gl.constexpr = q_smem.shape[0]
+    block_m: gl.constexpr = q_smem.shape[1]
+    half: gl.constexpr = k_half_smem.shape[2]
+    start_n = gl.program_id(0) * 2 * KEYS_PER_WARPGROUP
+    row0 = gl.program_id(1) * seq_len  # first row of this (batch, head) in the 2-D views
+    mbarrier.expect(kv_ready, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes
+                                   + k_half_desc.block_type.nbytes))
+    for w in gl.static_range(2):
+        _tma_load(k_desc, [row0 + start_n + w * KEYS_PER_WARPGROUP, 0], kv_ready, k_smem.index(w))
+        _tma_load(v_desc, [row0 + start_n + w * KEYS_PER_WARPGROUP, 0], kv_ready, v_smem.index(w))
+        _tma_load(k_half_desc, [row0 + start_n, w * half], kv_ready, k_half_smem.index(w))
+    lo = start_n if CAUSAL else 0  # causal: queries before the program's first key see none of its keys
+    for i in range((seq_len - lo) // block_m):
+        slot = i % stages
+        free_phase = ((i // stages) & 1) ^ 1  # a fresh barrier counts phase 1 as complete: the first wait passes
+        mbarrier.wait(q_free.index(slot), free_phase)
+        mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
+        _tma_load(q_desc, [row0 + lo + i * block_m, 0], q_ready.index(slot), q_smem.index(slot))
+        mbarrier.wait(do_free.index(slot), free_phase)
+        mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
+        _tma_load(do_desc, [row0 + lo + i * block_m, 0], do_ready.index(slot), do_smem.index(slot))
+# --8<-- [end:load]
+
+
+# --8<-- [start:compute]
+@gluon.jit
+def _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale,
+                       WARPGROUP: gl.constexpr, CAUSAL: gl.constexpr):
+    """One warpgroup: 64 keys' dK and dV over every Q block, and half the columns of each block's dQ share."""
+    q_desc, k_desc, v_desc, do_desc, k_half_desc, dq_desc, dk_desc, dv_desc = descs
+    q_smem, do_smem, k_smem, v_smem, k_half_smem, ds_smem, dq_smem = smem
+    kv_ready, q_ready, q_free, do_ready, do_free, ds_ready = bars
+    stages: gl.constexpr = q_smem.shape[0]
+    block_m: gl.constexpr = q_smem.shape[1]
+    head_dim: gl.constexpr = q_smem.shape[2]
+    half: gl.constexpr = k_half_smem.shape[2]
+    dtype: gl.constexpr = q_smem.dtype
+    # Register layouts of the wgmma results (keys x queries, keys x head dim, queries x half the head dim), and
+    # of Pᵀ and dSᵀ as the first operand of a product.
+    st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, block_m, 16])
+    kv_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, head_dim, 16])
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, half, 16])
+    operand_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
+    start_n = gl.program_id(0) * 2 * KEYS_PER_WARPGROUP
+    row0 = gl.program_id(1) * seq_len
+    lo = start_n if CAUSAL else 0
+    keys = start_n + WARPGROUP * KEYS_PER_WARPGROUP + gl.arange(0, KEYS_PER_WARPGROUP,
+                                                                 gl.SliceLayout(1, st_layout))
+    k = k_smem.index(WARPGROUP)
+    v = v_smem.index(WARPGROUP)
+    dq_buffer = dq_smem.index(WARPGROUP)
+    dk = gl.zeros([KEYS_PER_WARPGROUP, head_dim], gl.float32, kv_layout)
+    dv = gl.zeros([KEYS_PER_WARPGROUP, head_dim], gl.float32, kv_layout)
+    mbarrier.wait(kv_ready, 0)
+    for i in range((seq_len - lo) // block_m):
+        start_m = lo + i * block_m
+        slot = i % stages
+        phase = (i // stages) & 1
+        # Start Sᵀ = K Qᵀ and dPᵀ = V dOᵀ on the tensor cores; load this block's logsumexp and D meanwhile.
+        mbarrier.wait(q_ready.index(slot), phase)
+        q = q_smem.index(slot)
+        s_t = warpgroup_mma(k, q.permute((1, 0)), gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout),
+                            use_acc=False, is_async=True)
+        mbarrier.wait(do_ready.index(slot), phase)
+        do = do_smem.index(slot)
+        dp_t = warpgroup_mma(v, do.permute((1, 0)), gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout),
+                             use_acc=False, is_async=True)
+        queries = start_m + gl.arange(0, block_m, gl.SliceLayout(0, st_layout))
+        lse2 = gl.load(lse2_ptr + row0 + queries)
+        delta = gl.load(delta_ptr + row0 + queries)
+        # Pᵀ rebuilt from the logsumexp; dV += Pᵀ dO starts while dPᵀ may still be running.
+        s_t = warpgroup_mma_wait(1, deps=[s_t])
+        p_t = gl.exp2(s_t * qk_scale - lse2[None, :])
+        if CAUSAL:
+            if start_m < start_n + 2 * KEYS_PER_WARPGROUP:  # a block on the diagonal: keys after a query get P = 0
+                p_t = gl.where(queries[None, :] >= keys[:, None], p_t, 0.0)
+        p_operand = gl.convert_layout(p_t.to(dtype), operand_layout)
+        dv = warpgroup_mma(p_operand, do, dv, is_async=True)
+        dp_t = warpgroup_mma_wait(1, deps=[dp_t])
+        ds_t = (p_t * (dp_t - delta[None, :])).to(dtype)
+        # dSᵀ goes to shared memory for dQ (both warpgroups' halves are needed) and feeds dK += dSᵀ Q from registers.
+        buffer = i % 2
+        ds_smem.index(buffer).slice(WARPGROUP * KEYS_PER_WARPGROUP, KEYS_PER_WARPGROUP).store(ds_t)
+        fence_async_shared()
+        _thread_barrier()  # every thread's share is written before the warpgroup says so
+        mbarrier.arrive(ds_ready.index(buffer), count=1)
+        ds_operand = gl.convert_layout(ds_t, operand_layout)
+        dk = warpgroup_mma(ds_operand, q, dk, is_async=True)
+        # dQ's share, dS K over the program's 128 keys: this warpgroup's half of the columns.
+        mbarrier.wait(ds_ready.index(buffer), (i // 2) & 1)
+        dq = warpgroup_mma(ds_smem.index(buffer).permute((1, 0)), k_half_smem.index(WARPGROUP),
+                           gl.zeros([block_m, half], gl.float32, dq_layout), use_acc=False, is_async=True)
+        dv, dk, dq, p_operand, ds_operand = warpgroup_mma_wait(0, deps=[dv, dk, dq, p_operand, ds_operand])
+        mbarrier.arrive(q_free.index(slot), count=1)
+        mbarrier.arrive(do_free.index(slot), count=1)
+        # The copy engine adds it into the fp32 buffer; only the previous add must have left the buffer.
+        tma.store_wait(0)
+        dq_buffer.store(dq)
+        fence_async_shared()
+        _tma_reduce_add(dq_desc, [row0 + start_m, WARPGROUP * half], dq_buffer)
+    # dK and dV leave through the K and V buffers, which only this warpgroup reads.
+    k.store((dk * sm_scale).to(dtype))
+    v.store(dv.to(dtype))
+    fence_async_shared()
+    _tma_store(dk_desc, [row0 + start_n + WARPGROUP * KEYS_PER_WARPGROUP, 0], k)
+    _tma_store(dv_desc, [row0 + start_n + WARPGROUP * KEYS_PER_WARPGROUP, 0], v)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _second_warpgroup(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
+                      CAUSAL: gl.constexpr):
+    """Worker partitions share one signature; this one runs the compute role for the program's second 64 keys."""
+    _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 1, CAUSAL)
+# --8<-- [end:compute]
+
+
+# --8<-- [start:kernel]
+@gluon.jit
+def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_half_desc, dq_desc, dk_desc, dv_desc, lse2_ptr,
+                       delta_ptr, qk_scale, sm_scale, seq_len, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                       WORKER_REGS: gl.constexpr):
+    # Shared memory: a ring of STAGES slots for Q and for dO; each warpgroup's K and V; K's two column halves;
+    # two buffers for dSᵀ (128 keys x BLOCK_M), so one block's dQ can be read while the next is written; and one
+    # fp32 buffer per warpgroup for its half of the dQ share on its way out.
+    block_m: gl.constexpr = q_desc.block_type.shape[0]
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
+    do_smem = gl.allocate_shared_memory(do_desc.dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, [2] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [2] + v_desc.block_type.shape, v_desc.layout)
+    k_half_smem = gl.allocate_shared_memory(k_half_desc.dtype, [2] + k_half_desc.block_type.shape,
+                                            k_half_desc.layout)
+    ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([2 * KEYS_PER_WARPGROUP, block_m], q_desc.dtype)
+    ds_smem = gl.allocate_shared_memory(q_desc.dtype, [2, 2 * KEYS_PER_WARPGROUP, block_m], ds_layout)
+    dq_smem = gl.allocate_shared_memory(gl.float32, [2] + dq_desc.block_type.shape, dq_desc.layout)
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    q_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    do_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    do_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_ready, count=1)  # the copies' byte count completes it
+    for i in gl.static_range(STAGES):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(do_ready.index(i), count=1)
+        mbarrier.init(q_free.index(i), count=2)  # both warpgroups must be done with a slot
+        mbarrier.init(do_free.index(i), count=2)
+    for i in gl.static_range(2):
+        mbarrier.init(ds_ready.index(i), count=2)  # both halves of dSᵀ written
+    descs = (q_desc, k_desc, v_desc, do_desc, k_half_desc, dq_desc, dk_desc, dv_desc)
+    smem = (q_smem, do_smem, k_smem, v_smem, k_half_smem, ds_smem, dq_smem)
+    bars = (kv_ready, q_ready, q_free, do_ready, do_free, ds_ready)
+    gl.warp_specialize([
+        # The kernel's own 4 warps compute for the first 64 keys, 4 more for the second 64, 1 warp copies.
+        (_compute_partition, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 0, CAUSAL)),
+        (_second_warpgroup, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 1, CAUSAL)),
+        (_load_partition, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 0, CAUSAL)),
+    ], [4, 1], [WORKER_REGS, 24])
+# --8<-- [end:kernel]
+
+
+# --8<-- [start:wrapper]
+BLOCK_M = 64  # Q rows per step: the N of the Sᵀ product and the M of dQ's
+# Ring slots for Q and dO: a third paid off at head dim 64 in our probe; at head dim 128 it does not fit in
+# shared memory next to the rest (about 225 KiB of the 227 KiB a program may have with two).
+STAGES = {64: 3, 128: 2}
+REGISTERS = (168, 240)  # per thread at launch, then per computing thread (see kernels/flash_attention_hopper.py)
+
+
+def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
+    """Why this kernel cannot take these inputs, or None if it can."""
+    if kernels.interpreting():
+        return "Triton's CPU interpreter (Gluon kernels run only on a GPU)"
+    return triton_backward.fallback_reason(q, k, v)
+
+
+def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                       lse: torch.Tensor, *, causal: bool = False,
+                       sm_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) from the forward's output and natural-log logsumexp, like chapter 11's attention_backward."""
+    reason = shape_reason(q, k, v)
+    if reason is not None:
+        raise ValueError(f"the Gluon backward cannot take these inputs: {reason}")
+    batch, heads, seq, head_dim = q.shape
+    for name, t in (("do", do), ("out", out)):
+        if t.shape != q.shape or not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous with q's shape {tuple(q.shape)}, got {tuple(t.shape)}")
+    if lse.shape != (batch, heads, seq) or lse.dtype != torch.float32 or not lse.is_contiguous():
+        raise ValueError(f"lse must be the forward's contiguous float32 logsumexp of shape {(batch, heads, seq)}, "
+                         f"got {lse.dtype} of shape {tuple(lse.shape)}")
+    check_same_device(q=q, do=do, out=out, lse=lse)
+    check_same_dtype(q=q, do=do, out=out)
+    sm_scale = softmax_scale(sm_scale, head_dim)
+
+    rows = batch * heads * seq
+    q2, k2, v2, o2, do2 = (t.view(rows, head_dim) for t in (q, k, v, out, do))
+    dq, dk, dv = (torch.empty_like(t) for t in (q2, k2, v2))
+    delta = torch.empty(rows, device=q.device, dtype=torch.float32)
+    lse2 = torch.empty_like(delta)
+    dq_acc = torch.empty((rows, head_dim), device=q.device, dtype=torch.float32)
+    # D, the base-2 logsumexp, and zeros in the fp32 buffer dQ is added into: the Triton backward's first kernel.
+    triton_backward._preprocess[(rows // triton_backward.PREPROCESS_ROWS,)](
+        o2, do2, lse, delta, lse2, dq_acc, HEAD_DIM=head_dim, BLOCK=triton_backward.PREPROCESS_ROWS, ZERO_DQ=True)
+
+    def descriptor(t, block_rows, block_cols):
+        gl_dtype = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}[t.dtype]
+        layout = gl.NVMMASharedLayout.get_default_for([block_rows, block_cols], gl_dtype)
+        return TensorDescriptor(t, [rows, head_dim], [head_dim, 1], [block_rows, block_cols], layout)
+
+    keys = 2 * KEYS_PER_WARPGROUP.value
+    _hopper_bwd_kernel[(seq // keys, batch * heads)](
+        descriptor(q2, BLOCK_M, head_dim), descriptor(k2, keys // 2, head_dim), descriptor(v2, keys // 2, head_dim),
+        descriptor(do2, BLOCK_M, head_dim), descriptor(k2, keys, head_dim // 2),
+        descriptor(dq_acc, BLOCK_M, head_dim // 2), descriptor(dk, keys // 2, head_dim),
+        descriptor(dv, keys // 2, head_dim), lse2, delta, sm_scale * triton_backward.LOG2_E, sm_scale, seq,
+        CAUSAL=bool(causal), STAGES=STAGES[head_dim], WORKER_REGS=REGISTERS[1], num_warps=4, maxnreg=REGISTERS[0])
+    # dQ = scale · the fp32 sums, rounded to the inputs' dtype: the Triton backward's last kernel for atomic dQ.
+    triton_backward._dq_from_buffer[(rows // triton_backward.PREPROCESS_ROWS,)](
+        dq_acc, dq, sm_scale, HEAD_DIM=head_dim, BLOCK=triton_backward.PREPROCESS_ROWS)
+    return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape)
+# --8<-- [end:wrapper]

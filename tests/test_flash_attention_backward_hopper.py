@@ -1,0 +1,60 @@
+"""Chapter 11, step 8: the Gluon backward against float64 autograd.
+
+Gluon does not run in Triton's CPU interpreter, so without a GPU only the refusal is tested. The @pytest.mark.gpu
+tests run both half-precision dtypes, both head dims, both masks, and poisoned memory.
+"""
+
+import pytest
+import torch
+
+import kernels
+from kernels import flash_attention_backward_hopper as hopper
+from kernels.flash_attention import attention as forward_attention
+from tests.test_flash_attention_backward import RTOL, _poison_the_allocator, inputs, reference_grads, rel_err
+
+
+def test_without_a_gpu_it_says_gluon_needs_one(device):
+    if not kernels.interpreting():
+        pytest.skip("a GPU is here: the interpreter's refusal does not apply")
+    q, k, v, do = inputs(1, 1, 128, 128, 64, torch.float16, device)
+    out, lse = forward_attention(q, k, v, return_lse=True)
+    with pytest.raises(ValueError, match="Gluon kernels run only on a GPU"):
+        hopper.attention_backward(do, q, k, v, out, lse)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n", "d", "dtype", "message"), [
+    (200, 64, torch.float16, "sequence length 200 is not a multiple of 128"),
+    (256, 80, torch.float16, "head dim"),
+    (256, 64, torch.float32, "float32"),
+])
+def test_gpu_inputs_it_cannot_take_get_a_clear_error(n, d, dtype, message):
+    q, k, v, do = inputs(1, 2, n, n, d, dtype, "cuda")
+    out, lse = forward_attention(q, k, v, return_lse=True)
+    with pytest.raises(ValueError, match=message):
+        hopper.attention_backward(do, q, k, v, out, lse)
+
+
+@pytest.mark.gpu
+def test_gpu_bad_lse_gets_a_clear_error():
+    q, k, v, do = inputs(1, 2, 256, 256, 64, torch.float16, "cuda")
+    out, lse = forward_attention(q, k, v, return_lse=True)
+    with pytest.raises(ValueError, match="lse must be the forward's contiguous float32"):
+        hopper.attention_backward(do, q, k, v, out, lse[:, :, :128])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n", [128, 384, 1024])
+def test_gpu_gradients_match_float64(dtype, d, causal, n):
+    q, k, v, do = inputs(2, 3, n, n, d, dtype, "cuda", seed=n + d + causal)
+    out, lse = forward_attention(q, k, v, causal=causal, return_lse=True)
+    _poison_the_allocator()  # an element the kernels forget to write shows up as NaN
+    grads = hopper.attention_backward(do, q, k, v, out, lse, causal=causal)
+    _, *expected = reference_grads(q, k, v, do, causal)
+    for name, got, ref, source in zip("qkv", grads, expected, (q, k, v), strict=True):
+        assert got.shape == source.shape and got.dtype == source.dtype, name
+        assert not torch.isnan(got).any(), f"d{name} has NaN"
+        assert rel_err(got, ref) <= RTOL[dtype], f"d{name}: relative error {rel_err(got, ref):.2e}"
