@@ -1,0 +1,61 @@
+"""Chapter 11's step-8 Gluon backward compiles for Hopper with this machine's Triton, GPU or not.
+
+The pattern of tests/test_flash_attention_hopper.py: compile for compute capability 9.0 in a fresh process with
+the interpreter off, and look at what came out. This catches a Gluon API that moved (the TMA reduce-add has a
+Python name only after Triton 3.6) and a kernel that outgrows shared memory.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from book import ROOT
+from tests.test_flash_attention_hopper import SHARED_MEMORY_PER_BLOCK
+
+
+def compile_for_hopper(head_dim: int, causal: bool) -> dict:
+    """Compile the kernel for compute capability 9.0; runs in the subprocess."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from kernels import flash_attention_backward_hopper as hopper
+
+    def descriptor_type(rows, cols, dtype="fp16"):
+        gl_dtype = gl.float16 if dtype == "fp16" else gl.float32
+        layout = gl.NVMMASharedLayout.get_default_for([rows, cols], gl_dtype)
+        return f"tensordesc<{dtype}[{rows}, {cols}],{layout!r}>"
+
+    keys = hopper.KEYS_PER_WARPGROUP.value
+    q_block, kv_block = descriptor_type(hopper.BLOCK_M, head_dim), descriptor_type(keys, head_dim)
+    signature = {"q_desc": q_block, "k_desc": kv_block, "v_desc": kv_block, "do_desc": q_block,
+                 "k_half_desc": descriptor_type(2 * keys, head_dim // 2),
+                 "dq_desc": descriptor_type(hopper.BLOCK_M, head_dim // 2, "fp32"), "dk_desc": kv_block,
+                 "dv_desc": kv_block, "lse2_ptr": "*fp32", "delta_ptr": "*fp32", "qk_scale": "fp32",
+                 "sm_scale": "fp32", "seq_len": "i32", "CAUSAL": "constexpr", "STAGES": "constexpr",
+                 "WORKER_REGS": "constexpr"}
+    constants = {"CAUSAL": causal, "STAGES": hopper.STAGES[head_dim], "WORKER_REGS": hopper.REGISTERS[1]}
+    source = GluonASTSource(fn=hopper._hopper_bwd_kernel, signature=signature, constexprs=constants)
+    options = {"num_warps": 4, "maxnreg": hopper.REGISTERS[0]}
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    return {"ptx": compiled.asm["ptx"], "shared": compiled.metadata.shared}
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_compiles_for_hopper(head_dim, causal):
+    code = ("import json, sys; from tests.test_flash_attention_backward_hopper_compiles import compile_for_hopper; "
+            f"json.dump(compile_for_hopper({head_dim}, {causal}), sys.stdout)")
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    compiled = json.loads(done.stdout)
+    ptx = compiled["ptx"]
+    assert "wgmma.mma_async" in ptx and "setmaxnreg" in ptx  # async products; registers moved between the roles
+    assert "cp.reduce.async.bulk.tensor" in ptx  # dQ's shares added by the copy engine
+    assert compiled["shared"] <= SHARED_MEMORY_PER_BLOCK
