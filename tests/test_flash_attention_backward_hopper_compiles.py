@@ -5,15 +5,9 @@ the interpreter off, and look at what came out. This catches a Gluon API that mo
 Python name only after Triton 3.6) and a kernel that outgrows shared memory.
 """
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-from book import ROOT
-from tests.test_flash_attention_hopper import SHARED_MEMORY_PER_BLOCK
+from tests.test_flash_attention_hopper import SHARED_MEMORY_PER_BLOCK, compiled_in_fresh_process
 
 
 def compile_for_hopper(head_dim: int, causal: bool) -> dict:
@@ -48,13 +42,8 @@ def compile_for_hopper(head_dim: int, causal: bool) -> dict:
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_compiles_for_hopper(head_dim, causal):
-    code = ("import json, sys; from tests.test_flash_attention_backward_hopper_compiles import compile_for_hopper; "
-            f"json.dump(compile_for_hopper({head_dim}, {causal}), sys.stdout)")
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    compiled = json.loads(done.stdout)
+    compiled = compiled_in_fresh_process("tests.test_flash_attention_backward_hopper_compiles",
+                                         f"compile_for_hopper({head_dim}, {causal})")
     ptx = compiled["ptx"]
     assert "wgmma.mma_async" in ptx and "setmaxnreg" in ptx  # async products; registers moved between the roles
     assert "cp.reduce.async.bulk.tensor" in ptx  # dQ's shares added by the copy engine

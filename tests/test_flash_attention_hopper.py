@@ -45,16 +45,21 @@ def compile_for_hopper(head_dim: int, causal: bool, exp2_on_fma: int = 0, warpgr
     return {"ptx": compiled.asm["ptx"], "shared": compiled.metadata.shared}
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize(("head_dim", "warpgroups"), [(64, 2), (64, 3), (128, 2)])
-def test_compiles_for_hopper(head_dim, warpgroups, causal):
-    code = ("import json, sys; from tests.test_flash_attention_hopper import compile_for_hopper; "
-            f"json.dump(compile_for_hopper({head_dim}, {causal}, warpgroups={warpgroups}), sys.stdout)")
+def compiled_in_fresh_process(module: str, call: str) -> dict:
+    """Run `module.call` (a compile_for_hopper) in a fresh process with the interpreter off; return its dict."""
+    code = f"import json, sys; from {module} import compile_for_hopper; json.dump({call}, sys.stdout)"
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    compiled = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize(("head_dim", "warpgroups"), [(64, 2), (64, 3), (128, 2)])
+def test_compiles_for_hopper(head_dim, warpgroups, causal):
+    compiled = compiled_in_fresh_process("tests.test_flash_attention_hopper",
+                                         f"compile_for_hopper({head_dim}, {causal}, warpgroups={warpgroups})")
     ptx = compiled["ptx"]
     assert "wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx  # async products, overlapped
     assert "setmaxnreg" in ptx  # registers moved between the roles
