@@ -11,11 +11,16 @@ compile-time switch, so the benchmark times every step of the worklog from this 
 - ATOMIC_DQ: the dK/dV kernel also computes each tile's share of dQ and adds it into an fp32 buffer with
   atomic adds, so the second kernel, and the two products per tile it repeats, go away.
 - USE_TMA: tiles of Q, K, V, dO, dK and dV move through tensor descriptors (Hopper's copy engine).
+- GLUON: on a Hopper GPU, the whole backward runs as step 8's Gluon kernel instead
+  (kernels/flash_attention_backward_hopper.py): five products per tile, with dQ added by the copy engine, on a
+  schedule written by hand. The other switches and the tile shapes are the Triton kernels' and do not apply.
+  Under the CPU interpreter, or on another GPU, the Triton kernels run.
 Chapter 11's worklog table says which of them paid off; BEST_FEATURES turns those on.
 
 The fast path takes what the fast forward takes: fp16 or bf16, head dim 64 or 128, equal query and key lengths
 that are a multiple of 128, contiguous tensors. Anything else goes to chapter 10's readable backward, with a
-FallbackWarning that says why. `attention` is the differentiable fast path: chapter 9's forward, this backward.
+FallbackWarning that says why. `attention` is the differentiable fast path: chapter 9's forward, this backward
+(step 8's Gluon kernel on a Hopper GPU).
 """
 
 from __future__ import annotations
@@ -198,8 +203,9 @@ def _dq_from_buffer(DQ_ACC, DQ, sm_scale, HEAD_DIM: tl.constexpr, BLOCK: tl.cons
     tl.store(DQ + offs, (tl.load(DQ_ACC + offs) * sm_scale).to(DQ.dtype.element_ty))
 
 
-# The switches of the final kernel: every step of chapter 11's worklog that paid off.
-BEST_FEATURES = {"TRANSPOSED": True, "SPLIT_DIAGONAL": True, "ATOMIC_DQ": False, "USE_TMA": True}
+# The switches of the final kernel: every step of chapter 11's worklog that paid off. With GLUON on, the Triton
+# switches still say what runs where the Gluon kernel cannot (the interpreter, GPUs other than Hopper).
+BEST_FEATURES = {"TRANSPOSED": True, "SPLIT_DIAGONAL": True, "ATOMIC_DQ": False, "USE_TMA": True, "GLUON": True}
 PREPROCESS_ROWS = 128
 
 
@@ -251,7 +257,8 @@ def _zero_dq_acc(nargs, reset_only=False):
 
 
 # Tuned once per head dim, causal setting, switches and power-of-two bucket of N, not per exact length.
-_dkdv_tuned = triton.autotune(configs=DKDV_CONFIGS, key=["N_BUCKET", "HEAD_DIM", "CAUSAL", *BEST_FEATURES],
+_dkdv_tuned = triton.autotune(configs=DKDV_CONFIGS, key=["N_BUCKET", "HEAD_DIM", "CAUSAL", "TRANSPOSED",
+                                                       "SPLIT_DIAGONAL", "ATOMIC_DQ", "USE_TMA"],
                               prune_configs_by={"early_config_prune": _prune_dkdv},
                               pre_hook=_zero_dq_acc)(_dkdv_kernel)
 _dq_tuned = triton.autotune(configs=DQ_CONFIGS, key=["N_BUCKET", "HEAD_DIM", "CAUSAL", "SPLIT_DIAGONAL", "USE_TMA"],
@@ -267,6 +274,30 @@ def fallback_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | 
     if kernels.interpreting() and q.dtype == torch.bfloat16:
         return "bfloat16 under the CPU interpreter (its tl.dot on bf16 is wrong; chapter 10's kernels upcast)"
     return fast_forward.shape_reason(q, k, v)
+
+
+def gluon_reason(q: torch.Tensor) -> str | None:
+    """Why step 8's Gluon kernel cannot run here (None if it can): it needs a Hopper GPU, not the interpreter."""
+    if kernels.interpreting():
+        return "Triton's CPU interpreter (Gluon kernels run only on a GPU)"
+    major, minor = fast_forward.capability(q.device)
+    if major != 9:
+        return f"a GPU of compute capability {major}.{minor} (the Gluon kernel uses Hopper's wgmma: 9.x only)"
+    return None
+
+
+def check_saved(do: torch.Tensor, q: torch.Tensor, out: torch.Tensor, lse: torch.Tensor) -> None:
+    """The backward's inputs besides q, k and v: dO and the forward's O with q's shape, dtype and device, and the
+    forward's logsumexp, contiguous float32 of shape (batch, heads, N)."""
+    batch, heads, seq = q.shape[:3]
+    for name, t in (("do", do), ("out", out)):
+        if t.shape != q.shape:
+            raise ValueError(f"{name} must have q's shape {tuple(q.shape)}, got {tuple(t.shape)}")
+    if lse.shape != (batch, heads, seq) or lse.dtype != torch.float32 or not lse.is_contiguous():
+        raise ValueError(f"lse must be the forward's contiguous float32 logsumexp of shape {(batch, heads, seq)}, "
+                         f"got {lse.dtype} of shape {tuple(lse.shape)}")
+    check_same_device(q=q, do=do, out=out, lse=lse)
+    check_same_dtype(q=q, do=do, out=out)
 
 
 def describe(cfg: triton.Config) -> str:
@@ -308,8 +339,8 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
                        **features: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv), like chapter 10's attention_backward, on the fast path when the inputs allow it.
 
-    `features` overrides BEST_FEATURES and the two configs pin tile shapes (the worklog times each step so).
-    Inputs off the fast path go to chapter 10's kernels with a FallbackWarning.
+    `features` overrides BEST_FEATURES and the two configs pin the Triton kernels' tile shapes (the worklog
+    times each step so). Inputs off the fast path go to chapter 10's kernels with a FallbackWarning.
     """
     readable_forward.validate_inputs(q, k, v)
     unknown = set(features) - set(BEST_FEATURES)
@@ -322,16 +353,17 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
         warnings.warn(f"fast backward: falling back to chapter 10's kernels: {reason}", FallbackWarning,
                       stacklevel=2)
         return readable.attention_backward(do, q, k, v, out, lse, causal=causal, sm_scale=sm_scale)
-    batch, heads, seq, head_dim = q.shape
-    for name, t in (("do", do), ("out", out)):
-        if t.shape != q.shape:
-            raise ValueError(f"{name} must have q's shape {tuple(q.shape)}, got {tuple(t.shape)}")
-    if lse.shape != (batch, heads, seq) or lse.dtype != torch.float32 or not lse.is_contiguous():
-        raise ValueError(f"lse must be the forward's contiguous float32 logsumexp of shape {(batch, heads, seq)}, "
-                         f"got {lse.dtype} of shape {tuple(lse.shape)}")
-    check_same_device(q=q, do=do, out=out, lse=lse)
-    check_same_dtype(q=q, do=do, out=out)
+    check_saved(do, q, out, lse)
     switches = {**BEST_FEATURES, **features}
+    if switches["GLUON"] and gluon_reason(q) is None:
+        if dkdv_config is not None or dq_config is not None:
+            raise ValueError("dkdv_config and dq_config pin the Triton kernels' tiles; the Gluon kernel has its "
+                             "own, so pass GLUON=False with them")
+        from kernels import flash_attention_backward_hopper  # imported here: that module imports this one
+
+        return flash_attention_backward_hopper.attention_backward(do, q, k, v, out, lse, causal=causal,
+                                                                  sm_scale=sm_scale)
+    batch, heads, seq, head_dim = q.shape
     if causal:
         _check_causal_tiles(dkdv_config, dq_config)
     if kernels.interpreting():  # no timing on the CPU: one small tile shape each instead of the autotuner

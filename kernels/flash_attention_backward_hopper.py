@@ -36,13 +36,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-import kernels
 from kernels import flash_attention_backward_fast as triton_backward
-from kernels.validate import check_same_device, check_same_dtype, softmax_scale
+from kernels.flash_attention_hopper import _tma_load, _tma_store  # the TMA copies under either Triton's names
+from kernels.validate import softmax_scale
 
-# Triton renamed the TMA copies after 3.6 (see kernels/flash_attention_hopper.py); take whichever this one has.
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 _thread_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
 KEYS_PER_WARPGROUP = gl.constexpr(64)  # one wgmma covers 64 rows; a program's 128 keys are two warpgroups' rows
@@ -241,9 +238,7 @@ REGISTERS = (168, 240)  # per thread at launch, then per computing thread (see k
 
 def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     """Why this kernel cannot take these inputs, or None if it can."""
-    if kernels.interpreting():
-        return "Triton's CPU interpreter (Gluon kernels run only on a GPU)"
-    return triton_backward.fallback_reason(q, k, v)
+    return triton_backward.gluon_reason(q) or triton_backward.fallback_reason(q, k, v)
 
 
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
@@ -253,15 +248,11 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     reason = shape_reason(q, k, v)
     if reason is not None:
         raise ValueError(f"the Gluon backward cannot take these inputs: {reason}")
-    batch, heads, seq, head_dim = q.shape
+    triton_backward.check_saved(do, q, out, lse)
     for name, t in (("do", do), ("out", out)):
-        if t.shape != q.shape or not t.is_contiguous():
-            raise ValueError(f"{name} must be contiguous with q's shape {tuple(q.shape)}, got {tuple(t.shape)}")
-    if lse.shape != (batch, heads, seq) or lse.dtype != torch.float32 or not lse.is_contiguous():
-        raise ValueError(f"lse must be the forward's contiguous float32 logsumexp of shape {(batch, heads, seq)}, "
-                         f"got {lse.dtype} of shape {tuple(lse.shape)}")
-    check_same_device(q=q, do=do, out=out, lse=lse)
-    check_same_dtype(q=q, do=do, out=out)
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+    batch, heads, seq, head_dim = q.shape
     sm_scale = softmax_scale(sm_scale, head_dim)
 
     rows = batch * heads * seq

@@ -31,6 +31,12 @@ def test_table_gives_both_ratios_per_row():
     assert "1.12×" in text and "0.90×" in text  # 450 / 400 against Triton, 450 / 500 against cuDNN
 
 
+def test_executed_counts_the_rows_where_step_6s_products_beat_cudnn():
+    text = bench.executed(RESULT)  # step 6 runs 7 products where 5 are credited: 7/5 of 400 is 560, of 100 is 140
+    assert "did 140 to 560 TFLOP/s of products" in text
+    assert "in 5 of 5 rows; the ratio of the two runs from 1.12× to 1.40×" in text  # 560 / 500, 140 / 100
+
+
 def test_checks_report_the_agreement_of_the_two_kernels():
     text = bench.checks({"rows": ROWS})
     assert "1.0e-04" in text and "2.0e-03" in text

@@ -1,8 +1,9 @@
 """Chapter 11's fast backward against float64 autograd, every switch of the worklog on and off.
 
-Without a GPU the kernels run in Triton's interpreter on small fp16 shapes, one pinned tile shape each. The
-@pytest.mark.gpu tests run both half-precision dtypes with the autotuner, longer sequences, poisoned memory, and
-the differentiable fast path against SDPA.
+Without a GPU the Triton kernels run in Triton's interpreter on small fp16 shapes, one pinned tile shape each. The
+@pytest.mark.gpu tests run both half-precision dtypes with the autotuner, longer sequences, poisoned memory, the
+final path (step 8's Gluon kernel) beside the Triton one, and the differentiable fast path against SDPA. The Gluon
+kernel's own tests are in tests/test_flash_attention_backward_hopper.py.
 """
 
 import itertools
@@ -15,8 +16,9 @@ from kernels.flash_attention import attention as forward_attention
 from kernels.flash_attention_fast import FallbackWarning
 from tests.test_flash_attention_backward import RTOL, _poison_the_allocator, inputs, reference_grads, rel_err
 
-SWITCHES = list(fast.BEST_FEATURES)
-EVERY_STEP = [dict(zip(SWITCHES, values, strict=True)) for values in itertools.product((False, True), repeat=4)]
+TRITON_SWITCHES = [name for name in fast.BEST_FEATURES if name != "GLUON"]
+EVERY_STEP = [{**dict(zip(TRITON_SWITCHES, values, strict=True)), "GLUON": False}
+              for values in itertools.product((False, True), repeat=len(TRITON_SWITCHES))]
 
 
 def step_id(switches: dict) -> str:
@@ -82,6 +84,18 @@ def test_the_benchmark_times_the_kernel_the_library_ships():
     assert backward_fast._final_switches() == fast.BEST_FEATURES
 
 
+def test_where_gluon_cannot_run_the_gluon_switch_leaves_the_triton_kernels(device):
+    if fast.gluon_reason(torch.empty(1, device=device)) is None:
+        pytest.skip("a Hopper GPU is here: GLUON runs the Gluon kernel")
+    q, k, v, do = inputs(1, 2, 128, 128, 64, torch.float16, device, seed=5)
+    out, lse = forward_attention(q, k, v, return_lse=True)
+    tiles = {"dkdv_config": fast.config(64, 128, 4, 1), "dq_config": fast.config(128, 64, 4, 1)}
+    with_gluon = fast.attention_backward(do, q, k, v, out, lse, **tiles, GLUON=True)
+    without = fast.attention_backward(do, q, k, v, out, lse, **tiles, GLUON=False)
+    for a, b in zip(with_gluon, without, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_unknown_switch_is_named(device):
     q, k, v, do = inputs(1, 1, 128, 128, 64, torch.float16, device)
     out, lse = forward_attention(q, k, v, return_lse=True)
@@ -97,11 +111,30 @@ def test_unknown_switch_is_named(device):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize(("n", "d", "causal"), [(128, 64, True), (1024, 64, False), (1024, 128, True),
                                                 (2048, 64, True), (384, 128, False)])
-@pytest.mark.parametrize("atomic", [False, True])
-def test_gpu_gradients_with_the_autotuner(dtype, n, d, causal, atomic):
+@pytest.mark.parametrize("switches", [{}, {"GLUON": False}, {"GLUON": False, "ATOMIC_DQ": True}],
+                         ids=["final", "triton", "triton-atomic"])
+def test_gpu_gradients_with_the_autotuner(dtype, n, d, causal, switches):
     q, k, v, do = inputs(2, 3, n, n, d, dtype, "cuda", seed=n + d)
     _poison_the_allocator()
-    check(q, k, v, do, causal, ATOMIC_DQ=atomic)
+    check(q, k, v, do, causal, **switches)
+
+
+@pytest.mark.gpu
+def test_gpu_on_hopper_the_final_path_is_the_gluon_kernel(monkeypatch):
+    from kernels import flash_attention_backward_hopper as hopper
+
+    q, k, v, do = inputs(1, 2, 256, 256, 64, torch.float16, "cuda")
+    if fast.gluon_reason(q) is not None:
+        pytest.skip(f"the Gluon kernel cannot run here: {fast.gluon_reason(q)}")
+    out, lse = forward_attention(q, k, v, return_lse=True)
+    calls = []
+    monkeypatch.setattr(hopper, "attention_backward", lambda *args, **kwargs: calls.append(kwargs) or (q, k, v))
+    fast.attention_backward(do, q, k, v, out, lse, causal=True)
+    assert calls == [{"causal": True, "sm_scale": 64**-0.5}]
+    fast.attention_backward(do, q, k, v, out, lse, GLUON=False)
+    assert len(calls) == 1  # GLUON=False: the Triton kernels
+    with pytest.raises(ValueError, match="pass GLUON=False with them"):
+        fast.attention_backward(do, q, k, v, out, lse, dkdv_config=fast.config(64, 64, 4, 2))
 
 
 @pytest.mark.gpu

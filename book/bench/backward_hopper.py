@@ -21,9 +21,9 @@ from book.bench.backward_fast import (
     _autograd_backward,
     _checked,
     _expected,
-    _final_switches,
     _inputs,
     _label,
+    _triton_switches,
 )
 from book.bench.registry import Benchmark, Progress
 from book.bench.timing import gpu_ms_interleaved, tflops
@@ -31,6 +31,8 @@ from book.bench.timing import gpu_ms_interleaved, tflops
 BUDGET_MS = 1500  # GPU time per row, over every implementation
 AGREEMENT = {"float16": 2e-3, "bfloat16": 1e-2}  # Gluon against Triton, relative, every head
 KERNELS = {"gluon": "Gluon (step 8)", "triton": "Triton (step 6)"}
+PRODUCTS_COUNTED = 5  # the FLOP convention: the backward is 2.5 forwards, five N x N x D products per tile
+PRODUCTS_RUN = {False: 7, True: 5}  # what the Triton kernels run: dQ by a second pass repeats two, atomic adds none
 
 
 def _measure(dtype_name: str, d: int, causal: bool, n: int, progress: Progress) -> dict:
@@ -46,7 +48,7 @@ def _measure(dtype_name: str, d: int, causal: bool, n: int, progress: Progress) 
     fns = {
         "gluon": lambda: flash_attention_backward_hopper.attention_backward(do, q, k, v, out, lse, causal=causal),
         "triton": lambda: flash_attention_backward_fast.attention_backward(do, q, k, v, out, lse, causal=causal,
-                                                                           **_final_switches()),
+                                                                           **_triton_switches()),
     }
     row = {"kind": "speed", "dtype": dtype_name, "head_dim": d, "causal": causal, "N": n}
     for name, fn in fns.items():
@@ -115,6 +117,20 @@ def columns(result: dict) -> str:
         f"\n\nRows with N ≥ {TARGET_FROM:,}, fp16 and bf16 together; ratios from unrounded TFLOP/s.")
 
 
+def executed(result: dict) -> str:
+    """Step 6's rate of tensor-core work: the products per tile it runs, not the five the FLOPs credit."""
+    run = PRODUCTS_RUN[_triton_switches()["ATOMIC_DQ"]]
+    rows = [r for r in result["rows"] if r["N"] >= TARGET_FROM and r["triton_backward"] and r["sdpa_cudnn_backward"]]
+    ours = [r["triton_backward"] * run / PRODUCTS_COUNTED for r in rows]
+    cudnn = [r["sdpa_cudnn_backward"] for r in rows]
+    above = [mine / r["sdpa_cudnn_backward"] for mine, r in zip(ours, rows, strict=True)]
+    return (f"Every TFLOP/s here credits {PRODUCTS_COUNTED} matrix products per tile. Step 6 runs {run}, so from "
+            f"N = {TARGET_FROM:,} on its tensor cores did {min(ours):.0f} to {max(ours):.0f} TFLOP/s of products, in "
+            f"the same rows where cuDNN's credited rate was {min(cudnn):.0f} to {max(cudnn):.0f}. Row by row, the "
+            f"products step 6 ran came faster than cuDNN's credited rate in {sum(x > 1 for x in above)} of "
+            f"{len(above)} rows; the ratio of the two runs from {min(above):.2f}× to {max(above):.2f}×.")
+
+
 def checks(result: dict) -> str:
     """The largest relative error of the first head's gradients against float64, per implementation and dtype."""
     names = {**KERNELS, **{p: NAMES[p] for p in BACKENDS}}
@@ -137,6 +153,6 @@ BENCHMARK = Benchmark(
              "kernels/flash_attention_fast.py", "kernels/flash_attention_hopper.py", "kernels/hopper_schedule.py",
              "book/bench/backward.py", "book/bench/backward_fast.py", "book/bench/backward_hopper.py"],
     run=run,
-    views={"table": table, "columns": columns, "checks": checks},
+    views={"table": table, "columns": columns, "checks": checks, "executed": executed},
     awaiting_gpu="issue 20: the Gluon backward's first GPU run",
 )
