@@ -1,5 +1,5 @@
-"""Chapter 11, step 8: the Gluon backward (kernels/flash_attention_backward_hopper.py) beside chapter 11's final
-Triton backward and every SDPA backend, over chapter 10's grid, in one run.
+"""Chapter 11, step 8: the Gluon backward (kernels/flash_attention_backward_hopper.py) beside chapter 11's last
+Triton backward (step 6) and every SDPA backend, over chapter 10's grid, in one run.
 
 Each row times the backward alone, replayed from CUDA graphs in turns (chapter 7's timer). Our two kernels are
 called on one saved forward (chapter 9's output and logsumexp); the SDPA backends run autograd.grad on their own
@@ -96,7 +96,7 @@ def table(result: dict) -> str:
     return render.table(["dtype", "D", "causal", "N", "Gluon", "Triton", "cuDNN", "FA2", "mem-eff.",
                          "Gluon / Triton", "Gluon / best SDPA"], body) + (
         "\n\nBackward TFLOP/s (2.5 times the forward's FLOPs over the time of the backward alone). Triton is "
-        "chapter 11's final kernel (step 6).")
+        "chapter 11's last Triton kernel (step 6).")
 
 
 def columns(result: dict) -> str:
