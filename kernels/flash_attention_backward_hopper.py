@@ -1,4 +1,4 @@
-"""Chapter 11, step 8: the backward in Gluon, with five matrix products per tile instead of seven.
+"""Chapter 11, steps 8-10: the backward in Gluon, with five matrix products per tile instead of seven.
 
 Chapter 11's Triton backward computes dQ in a second kernel, which repeats two of the five products of each
 tile. Adding dQ across programs instead (steps 5 and 7) lost in Triton, whose compiler gives the same warps every
@@ -13,6 +13,12 @@ job. This kernel writes the schedule by hand, as chapter 9 did for the forward:
   memory, and then each computes half of dQ's columns (K's columns are loaded a second time, in two halves, for
   this product). The copy engine adds each half into an fp32 buffer in one bulk reduce-add (TMA), while the
   warpgroup goes on to the next block.
+
+Steps 9 and 10 cut the kernel's reads of shared memory, which at head dim 64 limit it more than the tensor cores
+do. Both need room that only head dim 64 leaves:
+- step 9 keeps K and V in registers as the first operand of Sᵀ and dPᵀ, read from shared memory once;
+- step 10 gives dQ's whole share of a block, all columns, to one warpgroup, the two taking turns: dSᵀ and K are
+  read once per block instead of once per half.
 
 The inputs are the fast path's: fp16 or bf16, head dim 64 or 128, equal query and key lengths that are a multiple
 of 128, contiguous tensors, a Hopper GPU. Gluon does not run in Triton's CPU interpreter. D = rowsum(dO ∘ O),
@@ -59,22 +65,24 @@ _tma_reduce_add = getattr(tma, "async_atomic_add", None) or _tma_reduce_add_36
 # --8<-- [start:load]
 @gluon.jit
 def _load_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
-                    CAUSAL: gl.constexpr):
-    """One warp: K and V once (and K again in two column halves, for dQ), then the Q and dO blocks into the ring."""
-    q_desc, k_desc, v_desc, do_desc, k_half_desc, dq_desc, dk_desc, dv_desc = descs
-    q_smem, do_smem, k_smem, v_smem, k_half_smem, ds_smem, dq_smem = smem
+                    CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr):
+    """One warp: K and V once (and K again, for dQ, in column parts), then the Q and dO blocks into the ring."""
+    q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc = descs
+    q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem = smem
     kv_ready, q_ready, q_free, do_ready, do_free, ds_ready = bars
     stages: gl.constexpr = q_smem.shape[0]
     block_m: gl.constexpr = q_smem.shape[1]
-    half: gl.constexpr = k_half_smem.shape[2]
+    parts: gl.constexpr = k_dq_smem.shape[0]  # two column halves, or (step 10) one part with every column
+    dq_cols: gl.constexpr = k_dq_smem.shape[2]
     start_n = gl.program_id(0) * 2 * KEYS_PER_WARPGROUP
     row0 = gl.program_id(1) * seq_len  # first row of this (batch, head) in the 2-D views
-    mbarrier.expect(kv_ready, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes
-                                   + k_half_desc.block_type.nbytes))
+    mbarrier.expect(kv_ready, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+                    + parts * k_dq_desc.block_type.nbytes)
     for w in gl.static_range(2):
         _tma_load(k_desc, [row0 + start_n + w * KEYS_PER_WARPGROUP, 0], kv_ready, k_smem.index(w))
         _tma_load(v_desc, [row0 + start_n + w * KEYS_PER_WARPGROUP, 0], kv_ready, v_smem.index(w))
-        _tma_load(k_half_desc, [row0 + start_n, w * half], kv_ready, k_half_smem.index(w))
+    for part in gl.static_range(parts):
+        _tma_load(k_dq_desc, [row0 + start_n, part * dq_cols], kv_ready, k_dq_smem.index(part))
     lo = start_n if CAUSAL else 0  # causal: queries before the program's first key see none of its keys
     for i in range((seq_len - lo) // block_m):
         slot = i % stages
@@ -90,25 +98,35 @@ def _load_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, s
 
 # --8<-- [start:compute]
 @gluon.jit
+def _add_to_dq(dq_desc, buffer, dq, row, col):
+    """The copy engine adds a dQ share into the fp32 buffer; only the previous add must have left `buffer`."""
+    tma.store_wait(0)
+    buffer.store(dq)
+    fence_async_shared()
+    _tma_reduce_add(dq_desc, [row, col], buffer)
+
+
+@gluon.jit
 def _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale,
-                       WARPGROUP: gl.constexpr, CAUSAL: gl.constexpr):
-    """One warpgroup: 64 keys' dK and dV over every Q block, and half the columns of each block's dQ share."""
-    q_desc, k_desc, v_desc, do_desc, k_half_desc, dq_desc, dk_desc, dv_desc = descs
-    q_smem, do_smem, k_smem, v_smem, k_half_smem, ds_smem, dq_smem = smem
+                       WARPGROUP: gl.constexpr, CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr):
+    """One warpgroup: 64 keys' dK and dV over every Q block, and its part of each block's dQ share."""
+    q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc = descs
+    q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem = smem
     kv_ready, q_ready, q_free, do_ready, do_free, ds_ready = bars
     stages: gl.constexpr = q_smem.shape[0]
     block_m: gl.constexpr = q_smem.shape[1]
     head_dim: gl.constexpr = q_smem.shape[2]
-    half: gl.constexpr = k_half_smem.shape[2]
+    dq_cols: gl.constexpr = k_dq_smem.shape[2]
+    by_turns: gl.constexpr = k_dq_smem.shape[0] == 1  # step 10: each block's whole dQ share, by one warpgroup
     dtype: gl.constexpr = q_smem.dtype
-    # Register layouts of the wgmma results (keys x queries, keys x head dim, queries x half the head dim), and
-    # of Pᵀ and dSᵀ as the first operand of a product.
+    # Register layouts of the wgmma results (keys x queries, keys x head dim, queries x dQ's columns), and of
+    # Pᵀ and dSᵀ as the first operand of a product.
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, block_m, 16])
     kv_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, head_dim, 16])
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                        instr_shape=[16, half, 16])
+                                                        instr_shape=[16, dq_cols, 16])
     operand_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
     start_n = gl.program_id(0) * 2 * KEYS_PER_WARPGROUP
     row0 = gl.program_id(1) * seq_len
@@ -121,6 +139,13 @@ def _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale
     dk = gl.zeros([KEYS_PER_WARPGROUP, head_dim], gl.float32, kv_layout)
     dv = gl.zeros([KEYS_PER_WARPGROUP, head_dim], gl.float32, kv_layout)
     mbarrier.wait(kv_ready, 0)
+    if KV_IN_REGISTERS:  # step 9: K and V, the first operands of Sᵀ and dPᵀ, read from shared memory once
+        first_operand: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=st_layout, k_width=2)
+        k_first = k.load(first_operand)
+        v_first = v.load(first_operand)
+    else:
+        k_first = k
+        v_first = v
     for i in range((seq_len - lo) // block_m):
         start_m = lo + i * block_m
         slot = i % stages
@@ -128,12 +153,13 @@ def _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale
         # Start Sᵀ = K Qᵀ and dPᵀ = V dOᵀ on the tensor cores; load this block's logsumexp and D meanwhile.
         mbarrier.wait(q_ready.index(slot), phase)
         q = q_smem.index(slot)
-        s_t = warpgroup_mma(k, q.permute((1, 0)), gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout),
+        s_t = warpgroup_mma(k_first, q.permute((1, 0)), gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout),
                             use_acc=False, is_async=True)
         mbarrier.wait(do_ready.index(slot), phase)
         do = do_smem.index(slot)
-        dp_t = warpgroup_mma(v, do.permute((1, 0)), gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout),
-                             use_acc=False, is_async=True)
+        dp_t = warpgroup_mma(v_first, do.permute((1, 0)),
+                             gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout), use_acc=False,
+                             is_async=True)
         queries = start_m + gl.arange(0, block_m, gl.SliceLayout(0, st_layout))
         lse2 = gl.load(lse2_ptr + row0 + queries)
         delta = gl.load(delta_ptr + row0 + queries)
@@ -155,18 +181,24 @@ def _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale
         mbarrier.arrive(ds_ready.index(buffer), count=1)
         ds_operand = gl.convert_layout(ds_t, operand_layout)
         dk = warpgroup_mma(ds_operand, q, dk, is_async=True)
-        # dQ's share, dS K over the program's 128 keys: this warpgroup's half of the columns.
+        # dQ's share, dS K over the program's 128 keys.
         mbarrier.wait(ds_ready.index(buffer), (i // 2) & 1)
-        dq = warpgroup_mma(ds_smem.index(buffer).permute((1, 0)), k_half_smem.index(WARPGROUP),
-                           gl.zeros([block_m, half], gl.float32, dq_layout), use_acc=False, is_async=True)
-        dv, dk, dq, p_operand, ds_operand = warpgroup_mma_wait(0, deps=[dv, dk, dq, p_operand, ds_operand])
-        mbarrier.arrive(q_free.index(slot), count=1)
-        mbarrier.arrive(do_free.index(slot), count=1)
-        # The copy engine adds it into the fp32 buffer; only the previous add must have left the buffer.
-        tma.store_wait(0)
-        dq_buffer.store(dq)
-        fence_async_shared()
-        _tma_reduce_add(dq_desc, [row0 + start_m, WARPGROUP * half], dq_buffer)
+        if by_turns:  # step 10: every column, on every other block
+            if i % 2 == WARPGROUP:
+                dq = warpgroup_mma(ds_smem.index(buffer).permute((1, 0)), k_dq_smem.index(0),
+                                   gl.zeros([block_m, dq_cols], gl.float32, dq_layout), use_acc=False, is_async=True)
+                dq = warpgroup_mma_wait(0, deps=[dq])
+                _add_to_dq(dq_desc, dq_buffer, dq, row0 + start_m, 0)
+            dv, dk, p_operand, ds_operand = warpgroup_mma_wait(0, deps=[dv, dk, p_operand, ds_operand])
+            mbarrier.arrive(q_free.index(slot), count=1)
+            mbarrier.arrive(do_free.index(slot), count=1)
+        else:  # this warpgroup's half of the columns, on every block
+            dq = warpgroup_mma(ds_smem.index(buffer).permute((1, 0)), k_dq_smem.index(WARPGROUP),
+                               gl.zeros([block_m, dq_cols], gl.float32, dq_layout), use_acc=False, is_async=True)
+            dv, dk, dq, p_operand, ds_operand = warpgroup_mma_wait(0, deps=[dv, dk, dq, p_operand, ds_operand])
+            mbarrier.arrive(q_free.index(slot), count=1)
+            mbarrier.arrive(do_free.index(slot), count=1)
+            _add_to_dq(dq_desc, dq_buffer, dq, row0 + start_m, WARPGROUP * dq_cols)
     # dK and dV leave through the K and V buffers, which only this warpgroup reads.
     k.store((dk * sm_scale).to(dtype))
     v.store(dv.to(dtype))
@@ -178,27 +210,27 @@ def _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale
 
 @gluon.jit
 def _second_warpgroup(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
-                      CAUSAL: gl.constexpr):
+                      CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr):
     """Worker partitions share one signature; this one runs the compute role for the program's second 64 keys."""
-    _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 1, CAUSAL)
+    _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 1, CAUSAL, KV_IN_REGISTERS)
 # --8<-- [end:compute]
 
 
 # --8<-- [start:kernel]
 @gluon.jit
-def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_half_desc, dq_desc, dk_desc, dv_desc, lse2_ptr,
+def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc, lse2_ptr,
                        delta_ptr, qk_scale, sm_scale, seq_len, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                       WORKER_REGS: gl.constexpr):
-    # Shared memory: a ring of STAGES slots for Q and for dO; each warpgroup's K and V; K's two column halves;
-    # two buffers for dSᵀ (128 keys x BLOCK_M), so one block's dQ can be read while the next is written; and one
-    # fp32 buffer per warpgroup for its half of the dQ share on its way out.
+                       WORKER_REGS: gl.constexpr, KV_IN_REGISTERS: gl.constexpr):
+    # Shared memory: a ring of STAGES slots for Q and for dO; each warpgroup's K and V; K again for dQ (two column
+    # halves, or one part with every column); two buffers for dSᵀ (128 keys x BLOCK_M), so one block's dQ can be
+    # read while the next is written; and one fp32 buffer per warpgroup for its dQ share on its way out.
     block_m: gl.constexpr = q_desc.block_type.shape[0]
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
     do_smem = gl.allocate_shared_memory(do_desc.dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [2] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [2] + v_desc.block_type.shape, v_desc.layout)
-    k_half_smem = gl.allocate_shared_memory(k_half_desc.dtype, [2] + k_half_desc.block_type.shape,
-                                            k_half_desc.layout)
+    dq_parts: gl.constexpr = k_desc.block_type.shape[1] // k_dq_desc.block_type.shape[1]
+    k_dq_smem = gl.allocate_shared_memory(k_dq_desc.dtype, [dq_parts] + k_dq_desc.block_type.shape, k_dq_desc.layout)
     ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([2 * KEYS_PER_WARPGROUP, block_m], q_desc.dtype)
     ds_smem = gl.allocate_shared_memory(q_desc.dtype, [2, 2 * KEYS_PER_WARPGROUP, block_m], ds_layout)
     dq_smem = gl.allocate_shared_memory(gl.float32, [2] + dq_desc.block_type.shape, dq_desc.layout)
@@ -216,14 +248,17 @@ def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_half_desc, dq_desc, dk
         mbarrier.init(do_free.index(i), count=2)
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)  # both halves of dSᵀ written
-    descs = (q_desc, k_desc, v_desc, do_desc, k_half_desc, dq_desc, dk_desc, dv_desc)
-    smem = (q_smem, do_smem, k_smem, v_smem, k_half_smem, ds_smem, dq_smem)
+    descs = (q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc)
+    smem = (q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem)
     bars = (kv_ready, q_ready, q_free, do_ready, do_free, ds_ready)
     gl.warp_specialize([
         # The kernel's own 4 warps compute for the first 64 keys, 4 more for the second 64, 1 warp copies.
-        (_compute_partition, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 0, CAUSAL)),
-        (_second_warpgroup, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 1, CAUSAL)),
-        (_load_partition, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 0, CAUSAL)),
+        (_compute_partition, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 0, CAUSAL,
+                              KV_IN_REGISTERS)),
+        (_second_warpgroup, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 1, CAUSAL,
+                             KV_IN_REGISTERS)),
+        (_load_partition, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 0, CAUSAL,
+                           KV_IN_REGISTERS)),
     ], [4, 1], [WORKER_REGS, 24])
 # --8<-- [end:kernel]
 
@@ -234,6 +269,9 @@ BLOCK_M = 64  # Q rows per step: the N of the Sᵀ product and the M of dQ's
 # shared memory next to the rest (about 225 KiB of the 227 KiB a program may have with two).
 STAGES = {64: 3, 128: 2}
 REGISTERS = (168, 240)  # per thread at launch, then per computing thread (see kernels/flash_attention_hopper.py)
+# Steps 9 and 10 need room that head dim 128 does not leave: there dK and dV take 128 of a computing thread's
+# registers, K and V would take 64 more, and a whole dQ share 32 more registers and 32 KiB more shared memory.
+ROOM_FOR_STEPS_9_AND_10 = {64: True, 128: False}
 
 
 def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
@@ -242,9 +280,13 @@ def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | Non
 
 
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                       lse: torch.Tensor, *, causal: bool = False,
-                       sm_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv) from the forward's output and natural-log logsumexp, like chapter 11's attention_backward."""
+                       lse: torch.Tensor, *, causal: bool = False, sm_scale: float | None = None,
+                       kv_in_registers: bool = True,
+                       dq_by_turns: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) from the forward's output and natural-log logsumexp, like chapter 11's attention_backward.
+
+    kv_in_registers and dq_by_turns are steps 9 and 10; they apply at head dim 64 and are ignored at 128.
+    """
     reason = shape_reason(q, k, v)
     if reason is not None:
         raise ValueError(f"the Gluon backward cannot take these inputs: {reason}")
@@ -271,12 +313,15 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
         return TensorDescriptor(t, [rows, head_dim], [head_dim, 1], [block_rows, block_cols], layout)
 
     keys = 2 * KEYS_PER_WARPGROUP.value
+    room = ROOM_FOR_STEPS_9_AND_10[head_dim]
+    dq_cols = head_dim if dq_by_turns and room else head_dim // 2
     _hopper_bwd_kernel[(seq // keys, batch * heads)](
         descriptor(q2, BLOCK_M, head_dim), descriptor(k2, keys // 2, head_dim), descriptor(v2, keys // 2, head_dim),
-        descriptor(do2, BLOCK_M, head_dim), descriptor(k2, keys, head_dim // 2),
-        descriptor(dq_acc, BLOCK_M, head_dim // 2), descriptor(dk, keys // 2, head_dim),
+        descriptor(do2, BLOCK_M, head_dim), descriptor(k2, keys, dq_cols),
+        descriptor(dq_acc, BLOCK_M, dq_cols), descriptor(dk, keys // 2, head_dim),
         descriptor(dv, keys // 2, head_dim), lse2, delta, sm_scale * triton_backward.LOG2_E, sm_scale, seq,
-        CAUSAL=bool(causal), STAGES=STAGES[head_dim], WORKER_REGS=REGISTERS[1], num_warps=4, maxnreg=REGISTERS[0])
+        CAUSAL=bool(causal), STAGES=STAGES[head_dim], WORKER_REGS=REGISTERS[1],
+        KV_IN_REGISTERS=kv_in_registers and room, num_warps=4, maxnreg=REGISTERS[0])
     # dQ = scale · the fp32 sums, rounded to the inputs' dtype: the Triton backward's last kernel for atomic dQ.
     triton_backward._dq_from_buffer[(rows // triton_backward.PREPROCESS_ROWS,)](
         dq_acc, dq, sm_scale, HEAD_DIM=head_dim, BLOCK=triton_backward.PREPROCESS_ROWS)

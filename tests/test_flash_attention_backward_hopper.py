@@ -1,7 +1,8 @@
-"""Chapter 11, step 8: the Gluon backward against float64 autograd.
+"""Chapter 11, steps 8-10: the Gluon backward against float64 autograd.
 
 Gluon does not run in Triton's CPU interpreter, so without a GPU only the refusal is tested. The @pytest.mark.gpu
-tests run both half-precision dtypes, both head dims, both masks, and poisoned memory.
+tests run both half-precision dtypes, both head dims, both masks, and poisoned memory; at head dim 64 also steps 8
+and 9 (at 128 steps 9 and 10 do not apply, and the kernel is step 8's).
 """
 
 import pytest
@@ -43,16 +44,20 @@ def test_gpu_bad_lse_gets_a_clear_error():
         hopper.attention_backward(do, q, k, v, out, lse[:, :, :128])
 
 
+STEPS = {10: {}, 9: {"dq_by_turns": False}, 8: {"kv_in_registers": False, "dq_by_turns": False}}
+KERNELS = [(d, step) for d in (64, 128) for step in STEPS if d == 64 or step == 10]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize(("d", "step"), KERNELS, ids=[f"d{d}-step{step}" for d, step in KERNELS])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("n", [128, 384, 1024])
-def test_gpu_gradients_match_float64(dtype, d, causal, n):
+def test_gpu_gradients_match_float64(dtype, d, step, causal, n):
     q, k, v, do = inputs(2, 3, n, n, d, dtype, "cuda", seed=n + d + causal)
     out, lse = forward_attention(q, k, v, causal=causal, return_lse=True)
     _poison_the_allocator()  # an element the kernels forget to write shows up as NaN
-    grads = hopper.attention_backward(do, q, k, v, out, lse, causal=causal)
+    grads = hopper.attention_backward(do, q, k, v, out, lse, causal=causal, **STEPS[step])
     _, *expected = reference_grads(q, k, v, do, causal)
     for name, got, ref, source in zip("qkv", grads, expected, (q, k, v), strict=True):
         assert got.shape == source.shape and got.dtype == source.dtype, name

@@ -6,10 +6,10 @@ is autograd.grad (or the backward wrapper) on its saved graph, replayed from a C
 (chapter 7's timer). FLOPs as in chapter 10: 2.5 times the forward's 4·B·H·N²·D, halved for causal.
 
 - "step": the worklog. fp16, N = 4096, 16K tokens per batch, head dim 64 (32 heads) and 128 (16 heads), causal
-  and not; chapter 10's readable backward, every step (step 8 is the Gluon kernel), and the SDPA backends.
+  and not; chapter 10's readable backward, every step (steps 8-10 are the Gluon kernel), and the SDPA backends.
 - "dq": the ways to produce dQ, over N, fp16: in Triton a second pass or atomic adds, with every other switch as
-  in the last Triton step; and step 8's Gluon kernel, which adds dQ through the copy engine.
-- "speed": the final fast backward (step 8) beside chapter 10's kernels and every SDPA backend over chapter 10's
+  in the last Triton step; and the final Gluon kernel (step 10), which adds dQ through the copy engine.
+- "speed": the final fast backward (step 10) beside chapter 10's kernels and every SDPA backend over chapter 10's
   grid (fp16 and bf16, N from 1K to 16K), the backward alone and the forward with the backward (a training step's
   attention; the fast path's forward is chapter 9's kernel).
 Before timing, every implementation's gradients of the first (batch, head) are checked against float64 autograd.
@@ -35,7 +35,9 @@ NAMES = {"fast": "chapter 11's fast backward", "readable": "chapter 10's kernels
          "sdpa_flash": "FlashAttention-2", "sdpa_efficient": "memory-efficient"}
 
 
-_OFF = {"TRANSPOSED": False, "SPLIT_DIAGONAL": False, "ATOMIC_DQ": False, "USE_TMA": False, "GLUON": False}
+_OFF = {"TRANSPOSED": False, "SPLIT_DIAGONAL": False, "ATOMIC_DQ": False, "USE_TMA": False, "GLUON": False,
+        "KV_IN_REGISTERS": False, "DQ_BY_TURNS": False}
+_GLUON = {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True, "USE_TMA": True, "GLUON": True}
 
 STEPS = [
     Step("readable", "Chapter 10's kernels", "The readable backward as chapter 10 ships it: masks on every load, "
@@ -79,8 +81,22 @@ STEPS = [
          "and each adds its half of dQ's share through the copy engine.",
          "Not blind: written after this kernel's own benchmark had measured it beside step 6 over the whole grid. "
          "Faster than step 6 at head dim 128 without the mask, by under a tenth; about level at head dim 64 "
-         "without it; a little slower with the mask, most at head dim 64.",
-         {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True, "USE_TMA": True, "GLUON": True}),
+         "without it; a little slower with the mask, most at head dim 64.", dict(_GLUON)),
+    Step("kv_registers", "K and V in registers (head dim 64)", "Step 8 with each warpgroup's K and V loaded once "
+         "into registers, as the first operand of Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, instead of read from shared memory "
+         "by every block's products. Head dim 64 only: at 128 no registers are free, and the kernel is step 8's.",
+         "Not blind: written after a probe of this step and the next. By our byte count (snippets/ch11/"
+         "shared_traffic.py), a block of step 8 at head dim 64 moves 208 KiB through shared memory, 1.30x what "
+         "it serves while the tensor cores work; this step leaves 176 KiB (1.10x). Up to 1.18x faster if shared "
+         "memory alone set the pace; less, since it does not. Head dim 128: the same kernel as step 8.",
+         {**_GLUON, "KV_IN_REGISTERS": True}),
+    Step("dq_turns", "dQ's share by turns (head dim 64)", "Each block's dQ share (dS K over the program's 128 keys, "
+         "every column) is computed by one warpgroup, the two taking turns block by block, instead of half the "
+         "columns by each on every block: dSᵀ and K are read from shared memory once per block instead of twice. "
+         "Head dim 64 only: at 128 a whole share needs more registers and shared memory than are free.",
+         "Not blind either. The count: 160 KiB per block, 1.00x the tensor cores' time, so up to 1.10x faster "
+         "than step 9, again less in practice. Head dim 128: the same kernel as step 8.",
+         {**_GLUON, "KV_IN_REGISTERS": True, "DQ_BY_TURNS": True}),
 ]
 
 
@@ -373,8 +389,8 @@ def tile_changes(result: dict) -> str:
         if step.kept:
             base = step
     return "\n".join(lines) + ("\n\nA tile is written as query rows x keys, warps, pipeline stages. A step without "
-                               "a dQ kernel (atomic adds) is compared on dK/dV only. Step 8's Gluon kernel has "
-                               "fixed tiles and is not listed.")
+                               "a dQ kernel (atomic adds) is compared on dK/dV only. The Gluon kernel (steps "
+                               "8-10) has fixed tiles and is not listed.")
 
 
 def predictions(result: dict) -> str:
@@ -385,12 +401,12 @@ def predictions(result: dict) -> str:
 
 
 def dq_table(result: dict) -> str:
-    """The ways to produce dQ, over N: a second pass, atomic adds (both Triton), and step 8's Gluon kernel."""
+    """The ways to produce dQ, over N: a second pass, atomic adds (both Triton), and the final Gluon kernel."""
     body = [[r["head_dim"], "yes" if r["causal"] else "no", f"{r['N']:,}", r["second_pass_backward"],
              r["atomic_backward"], r["gluon_backward"], f"{r['atomic_backward'] / r['second_pass_backward']:.2f}×",
              f"{r['gluon_backward'] / r['second_pass_backward']:.2f}×"]
             for r in _rows(result, "dq")]
-    return render.table(["D", "causal", "N", "second pass", "atomic adds", "Gluon (step 8)", "atomic / second pass",
+    return render.table(["D", "causal", "N", "second pass", "atomic adds", "Gluon (step 10)", "atomic / second pass",
                          "Gluon / second pass"], body) + (
         "\n\nBackward TFLOP/s, fp16, timed in turns. The two Triton columns have every other switch as in step 6.")
 
