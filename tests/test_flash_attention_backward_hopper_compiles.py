@@ -1,9 +1,11 @@
-"""Chapter 11's step-8 Gluon backward compiles for Hopper with this machine's Triton, GPU or not.
+"""Chapter 11's Gluon backward (steps 8-10) compiles for Hopper with this machine's Triton, GPU or not.
 
 The pattern of tests/test_flash_attention_hopper.py: compile for compute capability 9.0 in a fresh process with
 the interpreter off, and look at what came out. This catches a Gluon API that moved (the TMA reduce-add has a
 Python name only after Triton 3.6) and a kernel that outgrows shared memory.
 """
+
+import re
 
 import pytest
 
@@ -11,7 +13,8 @@ from tests.test_flash_attention_hopper import SHARED_MEMORY_PER_BLOCK, compiled_
 
 
 def compile_for_hopper(head_dim: int, causal: bool) -> dict:
-    """Compile the kernel for compute capability 9.0; runs in the subprocess."""
+    """Compile the kernel as the wrapper launches it (steps 9 and 10 where there is room) for compute capability
+    9.0; runs in the subprocess."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon import language as gl
@@ -25,14 +28,17 @@ def compile_for_hopper(head_dim: int, causal: bool) -> dict:
         return f"tensordesc<{dtype}[{rows}, {cols}],{layout!r}>"
 
     keys = hopper.KEYS_PER_WARPGROUP.value
+    room = hopper.ROOM_FOR_STEPS_9_AND_10[head_dim]
+    dq_cols = head_dim if room else head_dim // 2  # step 10: one warpgroup computes every column, in turns
     q_block, kv_block = descriptor_type(hopper.BLOCK_M, head_dim), descriptor_type(keys, head_dim)
     signature = {"q_desc": q_block, "k_desc": kv_block, "v_desc": kv_block, "do_desc": q_block,
-                 "k_half_desc": descriptor_type(2 * keys, head_dim // 2),
-                 "dq_desc": descriptor_type(hopper.BLOCK_M, head_dim // 2, "fp32"), "dk_desc": kv_block,
+                 "k_dq_desc": descriptor_type(2 * keys, dq_cols),
+                 "dq_desc": descriptor_type(hopper.BLOCK_M, dq_cols, "fp32"), "dk_desc": kv_block,
                  "dv_desc": kv_block, "lse2_ptr": "*fp32", "delta_ptr": "*fp32", "qk_scale": "fp32",
                  "sm_scale": "fp32", "seq_len": "i32", "CAUSAL": "constexpr", "STAGES": "constexpr",
-                 "WORKER_REGS": "constexpr"}
-    constants = {"CAUSAL": causal, "STAGES": hopper.STAGES[head_dim], "WORKER_REGS": hopper.REGISTERS[1]}
+                 "WORKER_REGS": "constexpr", "KV_IN_REGISTERS": "constexpr"}
+    constants = {"CAUSAL": causal, "STAGES": hopper.STAGES[head_dim], "WORKER_REGS": hopper.REGISTERS[1],
+                 "KV_IN_REGISTERS": room}
     source = GluonASTSource(fn=hopper._hopper_bwd_kernel, signature=signature, constexprs=constants)
     options = {"num_warps": 4, "maxnreg": hopper.REGISTERS[0]}
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
@@ -42,9 +48,19 @@ def compile_for_hopper(head_dim: int, causal: bool) -> dict:
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_compiles_for_hopper(head_dim, causal):
+    from kernels import flash_attention_backward_hopper as hopper
+
     compiled = compiled_in_fresh_process("tests.test_flash_attention_backward_hopper_compiles",
                                          f"compile_for_hopper({head_dim}, {causal})")
     ptx = compiled["ptx"]
     assert "wgmma.mma_async" in ptx and "setmaxnreg" in ptx  # async products; registers moved between the roles
     assert "cp.reduce.async.bulk.tensor" in ptx  # dQ's shares added by the copy engine
     assert compiled["shared"] <= SHARED_MEMORY_PER_BLOCK
+    products = [line for line in ptx.splitlines() if "wgmma.mma_async" in line]
+    from_registers = [line for line in products if re.search(r"\} *, *\{", line)]  # first operand in registers
+    keys = 2 * hopper.KEYS_PER_WARPGROUP.value
+    if head_dim == 64:  # step 9: every product but dQ's (dS K, 16 keys per instruction) reads its first operand
+        assert len(from_registers) == len(products) - 2 * (keys // 16)  # from registers, in both warpgroups
+        assert "m64n32k16" not in ptx  # step 10: dQ's product covers all 64 columns, not two halves of 32
+    else:  # step 8: only dV's and dK's products (Pᵀ and dSᵀ from registers, 16 queries per instruction)
+        assert len(from_registers) == 2 * 2 * (hopper.BLOCK_M // 16)
