@@ -17,7 +17,7 @@ def test_target_sentence_computes_what_sixty_percent_allows():
     text = bench.target(RESULT)
     assert "allows a step of at most 13.3 µs" in text  # 8.0 / 0.6
     assert "11.0 µs more than on the empty one for 32 MiB" in text
-    assert "would take 12.0 µs, 67% of the limit" in text  # 4.0 + 8.0; 8 / 12
+    assert "would take 12.0 µs, 67% of the limit; with one kernel, 10.0 µs, 80%." in text  # 8 / (4 + 8), 8 / (2 + 8)
 
 
 def test_a_row_runs_end_to_end_with_a_stand_in_timer(monkeypatch, device):
