@@ -3,14 +3,21 @@ with a stand-in timer (no GPU needed; nothing is written)."""
 
 from book.bench import decode_floor as bench
 
-ROW = {"kind": "floor", "context": 8192, "kv_bytes": 32 * 2**20, "limit_us": 8.0, "empty_one_us": 2.0,
-       "empty_two_us": 4.0, "ours_empty_us": 9.0, "ours_us": 20.0, "sdpa_cudnn_us": 22.0}
-RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 4.2e12, "ways": {}}, ROW]}
+ROW = {"kind": "floor", "pass": 0, "batch": 1, "context": 8192, "kernels": 2, "kv_bytes": 32 * 2**20, "limit_us": 8.0,
+       "empty_one_us": 2.0, "empty_two_us": 4.0, "ours_empty_us": 9.0, "ours_us": 20.0, "sdpa_cudnn_us": 22.0}
+LARGE = {"kind": "floor", "pass": 0, "batch": 64, "context": 1024, "kernels": 1, "kv_bytes": 256 * 2**20,
+         "limit_us": 64.0, "empty_one_us": 2.0, "empty_two_us": 4.0, "ours_empty_us": 10.0, "ours_us": 80.0,
+         "sdpa_cudnn_us": 78.0}
+RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 4.2e12, "ways": {}}, ROW, LARGE,
+                   ROW | {"pass": 1, "ours_us": 21.0}, LARGE | {"pass": 1, "sdpa_cudnn_us": 80.0}]}
 
 
 def test_table_has_every_graph_and_the_difference():
     text = bench.table(RESULT)
-    assert "| 8,192 | 32 | 8.0 | 2.0 | 4.0 | 9.0 | 20.0 | 22.0 | 5.0 | 11.0 |" in text
+    assert "| 1 | 8,192 | 32 | 2 | 8.0 | 2.0 | 4.0 | 9.0 | 20.0 | 22.0 | 5.0 | 11.0 |" in text
+    # one kernel (one split, no merge): the fixed cost subtracts one empty kernel, not two
+    assert "| 64 | 1,024 | 256 | 1 | 64.0 | 2.0 | 4.0 | 10.0 | 80.0 | 78.0 | 8.0 | 70.0 |" in text
+    assert text.count("\n| 1 | 8,192") == 1  # the first pass only
 
 
 def test_target_sentence_computes_what_sixty_percent_allows():
@@ -20,11 +27,29 @@ def test_target_sentence_computes_what_sixty_percent_allows():
     assert "would take 12.0 µs, 67% of the limit; with one kernel, 10.0 µs, 80%." in text  # 8 / (4 + 8), 8 / (2 + 8)
 
 
+def test_large_sentence_takes_the_256_mib_shape_apart():
+    text = bench.large(RESULT)
+    assert "At batch 64 with 1,024 keys (256 MiB) the limit is 64.0 µs and 85% of it allows 75.3 µs." in text
+    assert "Our step takes 80.0 µs (80% of the limit) and cuDNN's 78.0 µs (82%)." in text
+    assert "10.0 µs on an empty cache, 8.0 µs of it its own fixed cost, and 70.0 µs more to read, 1.09 times" in text
+    assert "would take 74.0 µs, 86% of the limit." in text  # 64 / (10 + 64)
+    assert "batch 1 " not in text  # 32 MiB is not a large shape
+
+
+def test_repeat_table_compares_the_two_passes():
+    text = bench.repeat(RESULT)
+    assert "| 1 | 8,192 | 20.0 | 21.0 | 22.0 | 22.0 | 1.100 | 1.048 | 5.0% |" in text
+    assert "| 64 | 1,024 | 80.0 | 80.0 | 78.0 | 80.0 | 0.975 | 1.000 | 2.6% |" in text
+    assert "changed by at most 5.0%." in text
+    assert bench.repeat({"rows": [ROW]}) == "This run has one pass."
+
+
 def test_a_row_runs_end_to_end_with_a_stand_in_timer(monkeypatch, device):
     """The row's own code (inputs, the checks of both steps' outputs, the fields the views read) on a small cache;
     only the GPU timer is a stand-in, which says 10 us for every graph."""
     monkeypatch.setattr(bench, "gpu_ms_interleaved", lambda fns, **_: {name: 0.01 for name in fns})
-    row = bench._row(100, bandwidth=3.0e12, progress=lambda message: None, device=device)
+    row = bench._row(2, 100, bandwidth=3.0e12, progress=lambda message: None, device=device, pass_=1)
     assert row["ours_us"] == 10.0 and row["ours_empty_us"] == 10.0 and row["empty_two_us"] == 10.0
-    assert row["kv_bytes"] == 2 * 8 * 100 * 128 * 2 and row["limit_us"] == row["kv_bytes"] / 3.0e12 * 1e6
-    assert "| 100 | 0 |" in bench.table({"rows": [row]})
+    assert row["kv_bytes"] == 2 * 2 * 8 * 100 * 128 * 2 and row["limit_us"] == row["kv_bytes"] / 3.0e12 * 1e6
+    assert row["pass"] == 1 and row["batch"] == 2 and row["kernels"] in (1, 2)
+    assert "| 2 | 100 | 1 |" in bench.table({"rows": [row | {"pass": 0}]})

@@ -1,25 +1,29 @@
-"""Chapter 12: where a small decode step's time goes. At batch 1, 32 query heads on 8 KV heads, head dim 128, fp16,
-for a few cache lengths, one run times from CUDA graphs in turns (chapter 7's timer):
+"""Chapter 12: where a decode step's time goes. With 32 query heads on 8 KV heads, head dim 128, fp16, at batch 1
+for a few cache lengths and at the two shapes of 256 MiB that miss the 85% target, one run times from CUDA graphs in
+turns (chapter 7's timer):
 
 - a graph of one empty kernel, and of two: what any step of one or two kernels pays before it reads a byte;
 - the book's step (kernels/flash_decoding.py) on an empty cache: the same launches, the same programs loading their
-  queries and writing their partial states, and the merge, but no key to read (every length 0);
+  queries and writing their partial states, and the merge where there is one, but no key to read (every length 0);
 - the book's step on the full cache, and cuDNN's (the fastest SDPA backend in chapter 12's decode run);
 
 beside the limit, the bytes of K and V over the copy bandwidth measured in the same run (as the decode benchmark
-measures it).
+measures it). Every shape is timed twice, in two passes over all of them, so that the run shows how much its
+readings move between passes.
 """
 
 from __future__ import annotations
 
 from book import render
-from book.bench.decode import HEAD_DIM, TARGET_SMALL, MiB, _copy_bandwidths
+from book.bench.decode import HEAD_DIM, LARGE_BYTES, TARGET_LARGE, TARGET_SMALL, MiB, _copy_bandwidths
 from book.bench.registry import Benchmark, Progress
 from book.bench.timing import gpu_ms_interleaved
 
-CONTEXTS = [1024, 8192, 32768]
+# (batch, cache length): batch 1 at three lengths, then the two shapes of 256 MiB where the decode run misses 85%
+SHAPES = [(1, 1024), (1, 8192), (1, 32768), (8, 8192), (64, 1024)]
+PASSES = 2
 Q_HEADS, KV_HEADS = 32, 8
-TARGET_CONTEXT = 8192  # the context of chapter 12's small-step target
+TARGET_CONTEXT = 8192  # the context of chapter 12's small-step target, at batch 1
 NAMES = {"empty_one": "one empty kernel", "empty_two": "two empty kernels",
          "ours_empty": "ours, empty cache", "ours": "ours", "sdpa_cudnn": "cuDNN"}
 
@@ -35,17 +39,17 @@ def _empty_kernel():
     return empty
 
 
-def _steps(context: int, device: str = "cuda") -> dict:
-    """The callables timed at one cache length, each checked first: the empty step gives zeros, ours matches
-    the math backend."""
+def _steps(batch: int, context: int, device: str = "cuda") -> dict:
+    """The callables timed at one shape, each checked first: the empty step gives zeros, ours matches the math
+    backend (on the first sequence)."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from kernels import flash_decoding
 
-    q = torch.randn(1, Q_HEADS, 1, HEAD_DIM, device=device, dtype=torch.float16)
-    k, v = (torch.randn(1, KV_HEADS, context, HEAD_DIM, device=device, dtype=torch.float16) for _ in range(2))
-    full = torch.full((1,), context, device=device, dtype=torch.int32)
+    q = torch.randn(batch, Q_HEADS, 1, HEAD_DIM, device=device, dtype=torch.float16)
+    k, v = (torch.randn(batch, KV_HEADS, context, HEAD_DIM, device=device, dtype=torch.float16) for _ in range(2))
+    full = torch.full((batch,), context, device=device, dtype=torch.int32)
     empty = torch.zeros_like(full)
 
     def cudnn():
@@ -67,8 +71,9 @@ def _steps(context: int, device: str = "cuda") -> dict:
              "ours": lambda: flash_decoding.decode(q, k, v, full, check_lengths=False)}
     if device == "cuda":
         steps["sdpa_cudnn"] = cudnn
-    expected = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=True)
-    got = steps["ours"]().float()
+    expected = torch.nn.functional.scaled_dot_product_attention(q[:1].float(), k[:1].float(), v[:1].float(),
+                                                                enable_gqa=True)
+    got = steps["ours"]()[:1].float()
     assert ((got - expected).norm() / expected.norm()).item() < 2e-2, "ours: wrong decode output"
     assert torch.equal(steps["ours_empty"](), torch.zeros_like(q)), "ours on an empty cache must give zeros"
     for name in ("empty_one", "empty_two", *(["sdpa_cudnn"] if device == "cuda" else [])):
@@ -76,19 +81,33 @@ def _steps(context: int, device: str = "cuda") -> dict:
     return steps
 
 
-def _row(context: int, bandwidth: float, progress: Progress, device: str = "cuda") -> dict:
+def _kernels(batch: int, context: int, device: str) -> int:
+    """How many kernels the book's step launches at this shape: one where choose_splits gives one split (no merge)."""
     import torch
 
-    steps = _steps(context, device)
+    from kernels import flash_decoding
+
+    probe = torch.empty(1, 1, 1, HEAD_DIM, device=device, dtype=torch.float16)  # only its device and size are read
+    sm_count, programs_per_sm = flash_decoding._slots(probe, flash_decoding.BLOCK_N)
+    return 1 if flash_decoding.choose_splits(batch, KV_HEADS, context, sm_count, flash_decoding.BLOCK_N,
+                                             programs_per_sm) == 1 else 2
+
+
+def _row(batch: int, context: int, bandwidth: float, progress: Progress, device: str = "cuda",
+         pass_: int = 0) -> dict:
+    import torch
+
+    steps = _steps(batch, context, device)
     if device == "cuda":
         torch.cuda.synchronize()
     times = gpu_ms_interleaved(steps, budget_ms=1500)
-    kv_bytes = 2 * KV_HEADS * context * HEAD_DIM * 2
-    row = {"kind": "floor", "context": context, "kv_bytes": kv_bytes, "limit_us": kv_bytes / bandwidth * 1e6}
+    kv_bytes = 2 * batch * KV_HEADS * context * HEAD_DIM * 2
+    row = {"kind": "floor", "pass": pass_, "batch": batch, "context": context,
+           "kernels": _kernels(batch, context, device), "kv_bytes": kv_bytes,
+           "limit_us": kv_bytes / bandwidth * 1e6}
     row |= {f"{name}_us": times[name] * 1e3 if name in times else None for name in NAMES}
-    progress(f"L={context}: " + ", ".join(f"{name} {row[f'{name}_us']:.1f} us" for name in NAMES
-                                          if row[f"{name}_us"] is not None)
-             + f"; limit {row['limit_us']:.1f} us")
+    timed = ", ".join(f"{name} {row[f'{name}_us']:.1f} us" for name in NAMES if row[f"{name}_us"] is not None)
+    progress(f"pass {pass_ + 1}, B={batch} L={context}: {timed}; limit {row['limit_us']:.1f} us")
     return row
 
 
@@ -97,34 +116,43 @@ def run(progress: Progress) -> list[dict]:
     bandwidth = max(ways.values())
     progress("copy bandwidth " + ", ".join(f"{name} {b / 1e9:.0f} GB/s" for name, b in ways.items()))
     return [{"kind": "copy", "bytes_per_s": bandwidth, "ways": ways}] + [
-        _row(context, bandwidth, progress) for context in CONTEXTS]
+        _row(batch, context, bandwidth, progress, pass_=pass_) for pass_ in range(PASSES) for batch, context in SHAPES]
 
 
 # ---------------------------------------------------------------------------------------------------
 # Views
 
 
-def _floor_rows(result: dict) -> list[dict]:
-    return [r for r in result["rows"] if r["kind"] == "floor"]
+def _floor_rows(result: dict, pass_: int = 0) -> list[dict]:
+    """The rows of one pass (the first by default: the tables and sentences read it)."""
+    return [r for r in result["rows"] if r["kind"] == "floor" and r.get("pass", 0) == pass_]
+
+
+def _own_fixed_us(r: dict) -> float:
+    """Our step on an empty cache less an empty graph of as many kernels as the step launches."""
+    return r["ours_empty_us"] - (r["empty_one_us"] if r.get("kernels", 2) == 1 else r["empty_two_us"])
 
 
 def table(result: dict) -> str:
-    """Microseconds of each graph at each cache length, beside the limit."""
-    body = [[f"{r['context']:,}", f"{r['kv_bytes'] / MiB:,.0f}", f"{r['limit_us']:.1f}",
+    """Microseconds of each graph at each shape, beside the limit."""
+    body = [[str(r.get("batch", 1)), f"{r['context']:,}", f"{r['kv_bytes'] / MiB:,.0f}", str(r.get("kernels", 2)),
+             f"{r['limit_us']:.1f}",
              *(None if r[f"{name}_us"] is None else f"{r[f'{name}_us']:.1f}" for name in NAMES),
-             f"{r['ours_empty_us'] - r['empty_two_us']:.1f}", f"{r['ours_us'] - r['ours_empty_us']:.1f}"]
+             f"{_own_fixed_us(r):.1f}", f"{r['ours_us'] - r['ours_empty_us']:.1f}"]
             for r in _floor_rows(result)]
-    return render.table(["context", "K+V MiB", "limit µs", *(f"{label} µs" for label in NAMES.values()),
-                         "ours on an empty cache less two empty kernels: our own fixed cost, µs",
+    return render.table(["batch", "context", "K+V MiB", "our kernels", "limit µs",
+                         *(f"{label} µs" for label in NAMES.values()),
+                         "ours on an empty cache less as many empty kernels as it launches: our own fixed cost, µs",
                          "ours less ours on an empty cache: the reading, µs"], body) + (
-        "\n\nBatch 1, 32 query heads on 8 KV heads, head dim 128, fp16, one query; each timed from a CUDA graph, in "
-        "turns, with the L2 cache cleared before each call. An empty cache: every length 0, so the step launches "
-        "the same programs and reads no key.")
+        "\n\n32 query heads on 8 KV heads, head dim 128, fp16, one query per sequence; each timed from a CUDA graph, "
+        "in turns, with the L2 cache cleared before each call. An empty cache: every length 0, so the step launches "
+        "the same programs and reads no key. Our step launches one kernel where it uses one split per sequence (no "
+        "merge), two otherwise.")
 
 
 def target(result: dict) -> str:
     """What the 60% target at batch 1 with an 8K context asks for, set against the floors measured here."""
-    r = next(r for r in _floor_rows(result) if r["context"] == TARGET_CONTEXT)
+    r = next(r for r in _floor_rows(result) if r["context"] == TARGET_CONTEXT and r.get("batch", 1) == 1)
     allowed = r["limit_us"] / TARGET_SMALL
     return (f"At {TARGET_CONTEXT:,} keys the limit is {r['limit_us']:.1f} µs, so {TARGET_SMALL:.0%} of it allows a "
             f"step of at most {allowed:.1f} µs. Two empty kernels take {r['empty_two_us']:.1f} µs, the book's step "
@@ -137,12 +165,55 @@ def target(result: dict) -> str:
             f"{r['limit_us'] / (r['empty_one_us'] + r['limit_us']):.0%}.")
 
 
+def large(result: dict) -> str:
+    """The shapes of 256 MiB or more taken apart: the step's time against what the 85% target allows, and what a
+    step with the same empty-cache time that then read at the copy's rate would reach."""
+    sentences = []
+    for r in (r for r in _floor_rows(result) if r["kv_bytes"] >= LARGE_BYTES):
+        reading = r["ours_us"] - r["ours_empty_us"]
+        sentences.append(
+            f"At batch {r['batch']} with {r['context']:,} keys ({r['kv_bytes'] / MiB:,.0f} MiB) the limit is "
+            f"{r['limit_us']:.1f} µs and {TARGET_LARGE:.0%} of it allows {r['limit_us'] / TARGET_LARGE:.1f} µs. Our "
+            f"step takes {r['ours_us']:.1f} µs ({r['limit_us'] / r['ours_us']:.0%} of the limit) and cuDNN's "
+            f"{r['sdpa_cudnn_us']:.1f} µs ({r['limit_us'] / r['sdpa_cudnn_us']:.0%}). Ours takes "
+            f"{r['ours_empty_us']:.1f} µs on an empty cache, {_own_fixed_us(r):.1f} µs of it its own fixed cost, and "
+            f"{reading:.1f} µs more to read, {reading / r['limit_us']:.2f} times the copy's time for the same bytes. "
+            f"After the same empty-cache time, reading at the copy's rate would take "
+            f"{r['ours_empty_us'] + r['limit_us']:.1f} µs, {r['limit_us'] / (r['ours_empty_us'] + r['limit_us']):.0%} "
+            f"of the limit.")
+    return " ".join(sentences)
+
+
+def repeat(result: dict) -> str:
+    """Both passes side by side: our step and cuDNN's in each, and how far the readings of one graph moved."""
+    second = {(r["batch"], r["context"]): r for r in _floor_rows(result, 1)}
+    body, spread = [], []
+    for first in _floor_rows(result):
+        again = second.get((first.get("batch", 1), first["context"]))
+        if again is None:
+            continue
+        moved = max(abs(again[f"{name}_us"] / first[f"{name}_us"] - 1) for name in NAMES
+                    if first[f"{name}_us"] and again[f"{name}_us"])
+        spread.append(moved)
+        body.append([str(first["batch"]), f"{first['context']:,}",
+                     *(f"{r['ours_us']:.1f}" for r in (first, again)),
+                     *(f"{r['sdpa_cudnn_us']:.1f}" for r in (first, again)),
+                     *(f"{r['sdpa_cudnn_us'] / r['ours_us']:.3f}" for r in (first, again)), f"{moved:.1%}"])
+    if not body:
+        return "This run has one pass."
+    return render.table(["batch", "context", "ours µs, pass 1", "ours µs, pass 2", "cuDNN µs, pass 1",
+                         "cuDNN µs, pass 2", "cuDNN / ours, pass 1", "cuDNN / ours, pass 2",
+                         "largest change of one graph between passes"], body) + (
+        f"\n\nThe same graphs timed in two passes over all shapes, one after the other. Between passes, the reading "
+        f"of one graph changed by at most {max(spread):.1%}.")
+
+
 BENCHMARK = Benchmark(
     name="decode_floor",
     chapter="ch12",
     title="Chapter 12: where a small decode step's time goes",
     sources=["kernels/flash_decoding.py", "book/bench/decode.py", "book/bench/decode_floor.py"],
     run=run,
-    views={"table": table, "target": target},
+    views={"table": table, "target": target, "large": large, "repeat": repeat},
     awaiting_gpu="issue 21: the floor benchmark's first GPU run",
 )
