@@ -35,6 +35,26 @@ def test_targets_count_each_target_and_name_the_small_case():
     assert "float16 32/8 heads 56%" in text and "bfloat16 32/8 heads 62%" in text  # 11.2 us over 20 and over 18
 
 
+def test_targets_end_with_the_gaps_sentence():
+    assert bench.targets(RESULT).endswith(bench.gaps(RESULT))
+
+
+def test_paged_table_gives_the_split_count_where_recorded():
+    rows = [r | {"splits": 16} if r["kind"] == "paged" else r for r in RESULT["rows"]]
+    assert "| 150.0 (84%), 16 |" in bench.paged_table({"rows": rows})
+    assert "| 150.0 (84%) |" in bench.paged_table(RESULT)
+
+
+def test_split_count_is_the_wrappers(device):
+    import torch
+
+    from kernels import flash_decoding
+
+    q = torch.zeros(8, 32, 1, 128, device=device, dtype=torch.float16)
+    sm_count, per_sm = flash_decoding._slots(q, 16)
+    assert bench._splits(q, 8, 4096, page_size=16) == flash_decoding.choose_splits(8, 8, 4096, sm_count, 16, per_sm)
+
+
 def test_gaps_count_rows_below_the_fastest_backend_per_cache_length():
     text = bench.gaps(RESULT)
     assert "8,192 keys: none of 2" in text  # 20 and 18 us against FlashAttention-2's 25
@@ -46,7 +66,8 @@ def test_table_shows_fp16_rows_and_refusals():
     text = bench.table(RESULT)
     assert text.count("\n| 1 | 8,192 |") == 1 and "| 64 | 131,072 |" in text
     assert "| — |" in text  # the memory-efficient backend refused in every fake row
-    assert "1.25×" in text  # FlashAttention-2's 25 us over ours 20 us
+    assert "1.250×" in text  # FlashAttention-2's 25 us over ours 20 us
+    assert "bf16 rows are not shown" in text
     assert "| 1,678 |" in text  # 33,554,432 bytes of K and V in 20 us
 
 
