@@ -15,7 +15,7 @@ readings move between passes.
 from __future__ import annotations
 
 from book import render
-from book.bench.decode import HEAD_DIM, LARGE_BYTES, TARGET_LARGE, TARGET_SMALL, MiB, _copy_bandwidths
+from book.bench.decode import HEAD_DIM, LARGE_BYTES, TARGET_LARGE, TARGET_SMALL, MiB, _copy_bandwidths, _splits
 from book.bench.registry import Benchmark, Progress
 from book.bench.timing import gpu_ms_interleaved
 
@@ -82,15 +82,11 @@ def _steps(batch: int, context: int, device: str = "cuda") -> dict:
 
 
 def _kernels(batch: int, context: int, device: str) -> int:
-    """How many kernels the book's step launches at this shape: one where choose_splits gives one split (no merge)."""
+    """How many kernels the book's step launches at this shape: one where the wrapper picks one split (no merge)."""
     import torch
 
-    from kernels import flash_decoding
-
-    probe = torch.empty(1, 1, 1, HEAD_DIM, device=device, dtype=torch.float16)  # only its device and size are read
-    sm_count, programs_per_sm = flash_decoding._slots(probe, flash_decoding.BLOCK_N)
-    return 1 if flash_decoding.choose_splits(batch, KV_HEADS, context, sm_count, flash_decoding.BLOCK_N,
-                                             programs_per_sm) == 1 else 2
+    probe = torch.empty(batch, Q_HEADS, 1, HEAD_DIM, device=device, dtype=torch.float16)  # only its shape is read
+    return 1 if _splits(probe, KV_HEADS, context) == 1 else 2
 
 
 def _row(batch: int, context: int, bandwidth: float, progress: Progress, device: str = "cuda",
