@@ -5,10 +5,15 @@ the interpreter off, and look at what came out. This catches a Gluon API that mo
 Python name only after Triton 3.6) and a kernel that outgrows shared memory.
 """
 
+import json
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
+from book import ROOT
 from tests.test_flash_attention_hopper import SHARED_MEMORY_PER_BLOCK, compiled_in_fresh_process
 
 
@@ -64,3 +69,45 @@ def test_compiles_for_hopper(head_dim, causal):
         assert "m64n32k16" not in ptx  # step 10: dQ's product covers all 64 columns, not two halves of 32
     else:  # step 8: only dV's and dK's products (Pᵀ and dSᵀ from registers, 16 queries per instruction)
         assert len(from_registers) == 2 * 2 * (hopper.BLOCK_M // 16)
+
+
+def tile_error(width: int) -> dict:
+    """Compile a Gluon kernel holding a 64 x width tile of wgmma results for compute capability 9.0; return the
+    compiler's messages, or None if it compiled. Runs in the subprocess."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    @gluon.jit
+    def wide_tile(out_ptr, WIDTH: gl.constexpr):
+        layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, WIDTH, 16])
+        tile = gl.zeros([64, WIDTH], gl.float32, layout)
+        gl.store(out_ptr + gl.arange(0, 64, gl.SliceLayout(1, layout)), gl.sum(tile, 1))
+
+    source = GluonASTSource(fn=wide_tile, signature={"out_ptr": "*fp32", "WIDTH": "constexpr"},
+                            constexprs={"WIDTH": width})
+    try:
+        triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    except Exception as error:  # noqa: BLE001 - the compiler's message is what the test reads
+        messages = []
+        while error is not None:
+            messages.append(str(error))
+            error = error.__cause__
+        return {"error": "\n".join(messages)}
+    return {"error": None}
+
+
+def test_gluon_refuses_blocks_of_80_queries():
+    """Chapter 11: FlashAttention-3's 80-query blocks at head dim 128 would make 64 x 80 tiles of Sᵀ and dPᵀ;
+    a Gluon tensor's every dimension must be a power of two, so the kernel cannot take them."""
+    code = ("import json, sys; from tests.test_flash_attention_backward_hopper_compiles import tile_error; "
+            "json.dump([tile_error(64), tile_error(80)], sys.stdout)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "0"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    sixty_four, eighty = json.loads(done.stdout)
+    assert sixty_four["error"] is None
+    assert "must be a power of 2" in eighty["error"]
