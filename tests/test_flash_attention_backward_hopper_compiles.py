@@ -5,15 +5,10 @@ the interpreter off, and look at what came out. This catches a Gluon API that mo
 Python name only after Triton 3.6) and a kernel that outgrows shared memory.
 """
 
-import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from book import ROOT
 from tests.test_flash_attention_hopper import SHARED_MEMORY_PER_BLOCK, compiled_in_fresh_process
 
 
@@ -103,11 +98,7 @@ def tile_error(width: int) -> dict:
 def test_gluon_refuses_blocks_of_80_queries():
     """Chapter 11: FlashAttention-3's 80-query blocks at head dim 128 would make 64 x 80 tiles of Sᵀ and dPᵀ;
     a Gluon tensor's every dimension must be a power of two, so the kernel cannot take them."""
-    code = ("import json, sys; from tests.test_flash_attention_backward_hopper_compiles import tile_error; "
-            "json.dump([tile_error(64), tile_error(80)], sys.stdout)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "TRITON_INTERPRET": "0"},
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    sixty_four, eighty = json.loads(done.stdout)
+    sixty_four, eighty = compiled_in_fresh_process("tests.test_flash_attention_backward_hopper_compiles",
+                                                   "[tile_error(64), tile_error(80)]", function="tile_error")
     assert sixty_four["error"] is None
     assert "must be a power of 2" in eighty["error"]

@@ -45,9 +45,9 @@ def compile_for_hopper(head_dim: int, causal: bool, exp2_on_fma: int = 0, warpgr
     return {"ptx": compiled.asm["ptx"], "shared": compiled.metadata.shared}
 
 
-def compiled_in_fresh_process(module: str, call: str) -> dict:
-    """Run `module.call` (a compile_for_hopper) in a fresh process with the interpreter off; return its dict."""
-    code = f"import json, sys; from {module} import compile_for_hopper; json.dump({call}, sys.stdout)"
+def compiled_in_fresh_process(module: str, call: str, function: str = "compile_for_hopper"):
+    """Run `call` (of `module.function`) in a fresh process with the interpreter off; return what it returns."""
+    code = f"import json, sys; from {module} import {function}; json.dump({call}, sys.stdout)"
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
