@@ -1,4 +1,4 @@
-"""Chapter 11, steps 8-10: the backward in Gluon, with five matrix products per tile instead of seven.
+"""Chapter 11, steps 8-11: the backward in Gluon, with five matrix products per tile instead of seven.
 
 Chapter 11's Triton backward computes dQ in a second kernel, which repeats two of the five products of each
 tile. Adding dQ across programs instead (steps 5 and 7) lost in Triton, whose compiler gives the same warps every
@@ -19,6 +19,9 @@ do. Both need room that only head dim 64 leaves:
 - step 9 keeps K and V in registers as the first operand of Sᵀ and dPᵀ, read from shared memory once;
 - step 10 gives dQ's whole share of a block, all columns, to one warpgroup, the two taking turns: dSᵀ and K are
   read once per block instead of once per half.
+Step 11 changes only the order in which a causal backward's programs start: a program whose keys come first has
+the longest loop (every later query sees its keys), so the grid starts the first key block of a few heads, then
+their second, and so on, instead of every key block of one head before the next head.
 
 The inputs are the fast path's: fp16 or bf16, head dim 64 or 128, equal query and key lengths that are a multiple
 of 128, contiguous tensors, a Hopper GPU. Gluon does not run in Triton's CPU interpreter. D = rowsum(dO ∘ O),
@@ -62,10 +65,29 @@ def _tma_reduce_add_36(tensor_desc, coord, src, _semantic=None):
 _tma_reduce_add = getattr(tma, "async_atomic_add", None) or _tma_reduce_add_36
 
 
+# --8<-- [start:order]
+@gluon.jit
+def _program_tile(seq_len, HEADS_PER_GROUP: gl.constexpr):
+    """This program's first key and the first row of its (batch, head) in the 2-D views.
+
+    HEADS_PER_GROUP = 0: grid (key blocks, heads), every key block of a head before the next head. Otherwise
+    (step 11) grid (HEADS_PER_GROUP, key blocks x groups of heads): the first key block of each head of a group,
+    then the second, ..., so the longest causal loops start first, a few heads at a time."""
+    if HEADS_PER_GROUP == 0:
+        block = gl.program_id(0)
+        head = gl.program_id(1)
+    else:
+        blocks = seq_len // (2 * KEYS_PER_WARPGROUP)
+        block = gl.program_id(1) % blocks
+        head = gl.program_id(1) // blocks * HEADS_PER_GROUP + gl.program_id(0)
+    return block * 2 * KEYS_PER_WARPGROUP, head * seq_len
+# --8<-- [end:order]
+
+
 # --8<-- [start:load]
 @gluon.jit
 def _load_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
-                    CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr):
+                    CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr):
     """One warp: K and V once (and K again, for dQ, in column parts), then the Q and dO blocks into the ring."""
     q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc = descs
     q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem = smem
@@ -74,8 +96,7 @@ def _load_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, s
     block_m: gl.constexpr = q_smem.shape[1]
     parts: gl.constexpr = k_dq_smem.shape[0]  # two column halves, or (step 10) one part with every column
     dq_cols: gl.constexpr = k_dq_smem.shape[2]
-    start_n = gl.program_id(0) * 2 * KEYS_PER_WARPGROUP
-    row0 = gl.program_id(1) * seq_len  # first row of this (batch, head) in the 2-D views
+    start_n, row0 = _program_tile(seq_len, HEADS_PER_GROUP)
     mbarrier.expect(kv_ready, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes)
                     + parts * k_dq_desc.block_type.nbytes)
     for w in gl.static_range(2):
@@ -108,7 +129,8 @@ def _add_to_dq(dq_desc, buffer, dq, row, col):
 
 @gluon.jit
 def _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale,
-                       WARPGROUP: gl.constexpr, CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr):
+                       WARPGROUP: gl.constexpr, CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr,
+                       HEADS_PER_GROUP: gl.constexpr):
     """One warpgroup: 64 keys' dK and dV over every Q block, and its part of each block's dQ share."""
     q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc = descs
     q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem = smem
@@ -128,8 +150,7 @@ def _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, dq_cols, 16])
     operand_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
-    start_n = gl.program_id(0) * 2 * KEYS_PER_WARPGROUP
-    row0 = gl.program_id(1) * seq_len
+    start_n, row0 = _program_tile(seq_len, HEADS_PER_GROUP)
     lo = start_n if CAUSAL else 0
     keys = start_n + WARPGROUP * KEYS_PER_WARPGROUP + gl.arange(0, KEYS_PER_WARPGROUP,
                                                                  gl.SliceLayout(1, st_layout))
@@ -210,9 +231,10 @@ def _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale
 
 @gluon.jit
 def _second_warpgroup(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
-                      CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr):
+                      CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr):
     """Worker partitions share one signature; this one runs the compute role for the program's second 64 keys."""
-    _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 1, CAUSAL, KV_IN_REGISTERS)
+    _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 1, CAUSAL, KV_IN_REGISTERS,
+                       HEADS_PER_GROUP)
 # --8<-- [end:compute]
 
 
@@ -220,7 +242,7 @@ def _second_warpgroup(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale,
 @gluon.jit
 def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc, lse2_ptr,
                        delta_ptr, qk_scale, sm_scale, seq_len, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                       WORKER_REGS: gl.constexpr, KV_IN_REGISTERS: gl.constexpr):
+                       WORKER_REGS: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr):
     # Shared memory: a ring of STAGES slots for Q and for dO; each warpgroup's K and V; K again for dQ (two column
     # halves, or one part with every column); two buffers for dSᵀ (128 keys x BLOCK_M), so one block's dQ can be
     # read while the next is written; and one fp32 buffer per warpgroup for its dQ share on its way out.
@@ -254,11 +276,11 @@ def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_d
     gl.warp_specialize([
         # The kernel's own 4 warps compute for the first 64 keys, 4 more for the second 64, 1 warp copies.
         (_compute_partition, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 0, CAUSAL,
-                              KV_IN_REGISTERS)),
+                              KV_IN_REGISTERS, HEADS_PER_GROUP)),
         (_second_warpgroup, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 1, CAUSAL,
-                             KV_IN_REGISTERS)),
+                             KV_IN_REGISTERS, HEADS_PER_GROUP)),
         (_load_partition, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 0, CAUSAL,
-                           KV_IN_REGISTERS)),
+                           KV_IN_REGISTERS, HEADS_PER_GROUP)),
     ], [4, 1], [WORKER_REGS, 24])
 # --8<-- [end:kernel]
 
@@ -272,6 +294,8 @@ REGISTERS = (168, 240)  # per thread at launch, then per computing thread (see k
 # Steps 9 and 10 need room that head dim 128 does not leave: there dK and dV take 128 of a computing thread's
 # registers, K and V would take 64 more, and a whole dQ share 32 more registers and 32 KiB more shared memory.
 ROOM_FOR_STEPS_9_AND_10 = {64: True, 128: False}
+HEADS_AT_A_TIME = 4  # step 11: causal programs start longest first, this many heads at a time (4 beat 8 and 16 in
+# our probe, narrowly; fewer heads when the batch's heads do not divide by 4)
 
 
 def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
@@ -281,11 +305,12 @@ def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | Non
 
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                        lse: torch.Tensor, *, causal: bool = False, sm_scale: float | None = None,
-                       kv_in_registers: bool = True,
-                       dq_by_turns: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       kv_in_registers: bool = True, dq_by_turns: bool = True,
+                       longest_first: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) from the forward's output and natural-log logsumexp, like chapter 11's attention_backward.
 
     kv_in_registers and dq_by_turns are steps 9 and 10; they apply at head dim 64 and are ignored at 128.
+    longest_first is step 11; it applies to causal attention (without the mask every program's loop is as long).
     """
     reason = shape_reason(q, k, v)
     if reason is not None:
@@ -315,13 +340,15 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     keys = 2 * KEYS_PER_WARPGROUP.value
     room = ROOM_FOR_STEPS_9_AND_10[head_dim]
     dq_cols = head_dim if dq_by_turns and room else head_dim // 2
-    _hopper_bwd_kernel[(seq // keys, batch * heads)](
+    group = next(g for g in (HEADS_AT_A_TIME, 2, 1) if (batch * heads) % g == 0) if causal and longest_first else 0
+    grid = (group, batch * heads // group * (seq // keys)) if group else (seq // keys, batch * heads)
+    _hopper_bwd_kernel[grid](
         descriptor(q2, BLOCK_M, head_dim), descriptor(k2, keys // 2, head_dim), descriptor(v2, keys // 2, head_dim),
         descriptor(do2, BLOCK_M, head_dim), descriptor(k2, keys, dq_cols),
         descriptor(dq_acc, BLOCK_M, dq_cols), descriptor(dk, keys // 2, head_dim),
         descriptor(dv, keys // 2, head_dim), lse2, delta, sm_scale * triton_backward.LOG2_E, sm_scale, seq,
         CAUSAL=bool(causal), STAGES=STAGES[head_dim], WORKER_REGS=REGISTERS[1],
-        KV_IN_REGISTERS=kv_in_registers and room, num_warps=4, maxnreg=REGISTERS[0])
+        KV_IN_REGISTERS=kv_in_registers and room, HEADS_PER_GROUP=group, num_warps=4, maxnreg=REGISTERS[0])
     # dQ = scale · the fp32 sums, rounded to the inputs' dtype: the Triton backward's last kernel for atomic dQ.
     triton_backward._dq_from_buffer[(rows // triton_backward.PREPROCESS_ROWS,)](
         dq_acc, dq, sm_scale, HEAD_DIM=head_dim, BLOCK=triton_backward.PREPROCESS_ROWS)

@@ -26,13 +26,13 @@ def test_noise_compares_the_final_kernel_with_itself_per_length():
     assert "at N = 16,384 the two readings differ by up to 8.0%" in text  # 540 / 500
 
 
-def test_the_final_kernel_is_step_10_in_gluon_and_the_library_ships_it():
+def test_the_final_kernel_is_step_11_in_gluon_and_the_library_ships_it():
     from kernels import flash_attention_backward_fast as fast
 
-    assert FINAL == "dq_turns" and bench._final_switches() == fast.BEST_FEATURES
+    assert FINAL == "longest_first" and bench._final_switches() == fast.BEST_FEATURES
     gluon_off = dict.fromkeys(fast.GLUON_SWITCHES, False)
     assert bench._triton_switches() == {**fast.BEST_FEATURES, **gluon_off}  # step 6: every Triton switch as kept
-    assert [s.key for s in bench.STEPS][-3:] == ["gluon", "kv_registers", "dq_turns"]  # steps 8-10
+    assert [s.key for s in bench.STEPS][-4:] == ["gluon", "kv_registers", "dq_turns", "longest_first"]  # 8-11
 
 
 def test_dq_table_sets_each_way_against_the_second_pass():
