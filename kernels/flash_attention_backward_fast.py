@@ -20,12 +20,14 @@ compile-time switch, so the benchmark times every step of the worklog from this 
   They apply only with GLUON, and only at head dim 64: at 128 the kernel has no room for them.
 - LONGEST_FIRST: step 11, the Gluon kernel's programs start in another order under causal attention: the first
   key block of a few heads, then their second, ..., so the longest loops start first. Only with GLUON.
+- ROWS_IN_ACCUMULATORS: step 12, the Gluon kernel starts Sᵀ and dPᵀ from the logsumexp and D instead of from
+  zero, which frees the registers that held those rows. Only with GLUON, and only at head dim 128.
 Chapter 11's worklog table says which of them paid off; BEST_FEATURES turns those on.
 
 The fast path takes what the fast forward takes: fp16 or bf16, head dim 64 or 128, equal query and key lengths
 that are a multiple of 128, contiguous tensors. Anything else goes to chapter 10's readable backward, with a
 FallbackWarning that says why. `attention` is the differentiable fast path: chapter 9's forward, this backward
-(the Gluon kernel of steps 8-11 on a Hopper GPU).
+(the Gluon kernel of steps 8-12 on a Hopper GPU).
 """
 
 from __future__ import annotations
@@ -211,8 +213,9 @@ def _dq_from_buffer(DQ_ACC, DQ, sm_scale, HEAD_DIM: tl.constexpr, BLOCK: tl.cons
 # The switches of the final kernel: every step of chapter 11's worklog that paid off. With GLUON on, the Triton
 # switches still say what runs where the Gluon kernel cannot (the interpreter, GPUs other than Hopper).
 BEST_FEATURES = {"TRANSPOSED": True, "SPLIT_DIAGONAL": True, "ATOMIC_DQ": False, "USE_TMA": True, "GLUON": True,
-                 "KV_IN_REGISTERS": True, "DQ_BY_TURNS": True, "LONGEST_FIRST": True}
-GLUON_SWITCHES = ("GLUON", "KV_IN_REGISTERS", "DQ_BY_TURNS", "LONGEST_FIRST")  # the rest are the Triton kernels'
+                 "KV_IN_REGISTERS": True, "DQ_BY_TURNS": True, "LONGEST_FIRST": True, "ROWS_IN_ACCUMULATORS": True}
+# The Gluon kernel's switches; the rest are the Triton kernels'.
+GLUON_SWITCHES = ("GLUON", "KV_IN_REGISTERS", "DQ_BY_TURNS", "LONGEST_FIRST", "ROWS_IN_ACCUMULATORS")
 PREPROCESS_ROWS = 128
 
 
@@ -370,7 +373,8 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
 
         return flash_attention_backward_hopper.attention_backward(
             do, q, k, v, out, lse, causal=causal, sm_scale=sm_scale, kv_in_registers=switches["KV_IN_REGISTERS"],
-            dq_by_turns=switches["DQ_BY_TURNS"], longest_first=switches["LONGEST_FIRST"])
+            dq_by_turns=switches["DQ_BY_TURNS"], longest_first=switches["LONGEST_FIRST"],
+            rows_in_accumulators=switches["ROWS_IN_ACCUMULATORS"])
     batch, heads, seq, head_dim = q.shape
     if causal:
         _check_causal_tiles(dkdv_config, dq_config)

@@ -1,4 +1,4 @@
-"""Chapter 11, steps 8-11: the backward in Gluon, with five matrix products per tile instead of seven.
+"""Chapter 11, steps 8-12: the backward in Gluon, with five matrix products per tile instead of seven.
 
 Chapter 11's Triton backward computes dQ in a second kernel, which repeats two of the five products of each
 tile. Adding dQ across programs instead (steps 5 and 7) lost in Triton, whose compiler gives the same warps every
@@ -22,6 +22,8 @@ do. Both need room that only head dim 64 leaves:
 Step 11 changes only the order in which a causal backward's programs start: a program whose keys come first has
 the longest loop (every later query sees its keys), so the grid starts the first key block of a few heads, then
 their second, and so on, instead of every key block of one head before the next head.
+Step 12, at head dim 128 only, starts the products Sᵀ and dPᵀ from the logsumexp and D of each query (as
+accumulators) instead of from zero, so that those two rows need no registers while the block is computed.
 
 The inputs are the fast path's: fp16 or bf16, head dim 64 or 128, equal query and key lengths that are a multiple
 of 128, contiguous tensors, a Hopper GPU. Gluon does not run in Triton's CPU interpreter. D = rowsum(dO ∘ O),
@@ -87,7 +89,8 @@ def _program_tile(seq_len, HEADS_PER_GROUP: gl.constexpr):
 # --8<-- [start:load]
 @gluon.jit
 def _load_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
-                    CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr):
+                    CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr,
+                    ROWS_IN_ACCUMULATORS: gl.constexpr):
     """One warp: K and V once (and K again, for dQ, in column parts), then the Q and dO blocks into the ring."""
     q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc = descs
     q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem = smem
@@ -130,7 +133,7 @@ def _add_to_dq(dq_desc, buffer, dq, row, col):
 @gluon.jit
 def _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale,
                        WARPGROUP: gl.constexpr, CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr,
-                       HEADS_PER_GROUP: gl.constexpr):
+                       HEADS_PER_GROUP: gl.constexpr, ROWS_IN_ACCUMULATORS: gl.constexpr):
     """One warpgroup: 64 keys' dK and dV over every Q block, and its part of each block's dQ share."""
     q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc = descs
     q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem = smem
@@ -171,29 +174,41 @@ def _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale
         start_m = lo + i * block_m
         slot = i % stages
         phase = (i // stages) & 1
-        # Start Sᵀ = K Qᵀ and dPᵀ = V dOᵀ on the tensor cores; load this block's logsumexp and D meanwhile.
+        # Start Sᵀ = K Qᵀ and dPᵀ = V dOᵀ on the tensor cores; load this block's logsumexp and D meanwhile. Step 12
+        # (head dim 128) starts the two products from -L₂/qk_scale and -D instead of zero, so that no row of the
+        # logsumexp or D stays in registers; those loads must come first.
+        queries = start_m + gl.arange(0, block_m, gl.SliceLayout(0, st_layout))
+        s_start = gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout)
+        dp_start = gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout)
+        if ROWS_IN_ACCUMULATORS:
+            s_start -= (gl.load(lse2_ptr + row0 + queries) / qk_scale)[None, :]
         mbarrier.wait(q_ready.index(slot), phase)
         q = q_smem.index(slot)
-        s_t = warpgroup_mma(k_first, q.permute((1, 0)), gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout),
-                            use_acc=False, is_async=True)
+        s_t = warpgroup_mma(k_first, q.permute((1, 0)), s_start, use_acc=ROWS_IN_ACCUMULATORS, is_async=True)
+        if ROWS_IN_ACCUMULATORS:
+            dp_start -= gl.load(delta_ptr + row0 + queries)[None, :]
         mbarrier.wait(do_ready.index(slot), phase)
         do = do_smem.index(slot)
-        dp_t = warpgroup_mma(v_first, do.permute((1, 0)),
-                             gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout), use_acc=False,
-                             is_async=True)
-        queries = start_m + gl.arange(0, block_m, gl.SliceLayout(0, st_layout))
-        lse2 = gl.load(lse2_ptr + row0 + queries)
-        delta = gl.load(delta_ptr + row0 + queries)
+        dp_t = warpgroup_mma(v_first, do.permute((1, 0)), dp_start, use_acc=ROWS_IN_ACCUMULATORS, is_async=True)
+        if not ROWS_IN_ACCUMULATORS:
+            lse2 = gl.load(lse2_ptr + row0 + queries)
+            delta = gl.load(delta_ptr + row0 + queries)
         # Pᵀ rebuilt from the logsumexp; dV += Pᵀ dO starts while dPᵀ may still be running.
         s_t = warpgroup_mma_wait(1, deps=[s_t])
-        p_t = gl.exp2(s_t * qk_scale - lse2[None, :])
+        if ROWS_IN_ACCUMULATORS:
+            p_t = gl.exp2(s_t * qk_scale)
+        else:
+            p_t = gl.exp2(s_t * qk_scale - lse2[None, :])
         if CAUSAL:
             if start_m < start_n + 2 * KEYS_PER_WARPGROUP:  # a block on the diagonal: keys after a query get P = 0
                 p_t = gl.where(queries[None, :] >= keys[:, None], p_t, 0.0)
         p_operand = gl.convert_layout(p_t.to(dtype), operand_layout)
         dv = warpgroup_mma(p_operand, do, dv, is_async=True)
         dp_t = warpgroup_mma_wait(1, deps=[dp_t])
-        ds_t = (p_t * (dp_t - delta[None, :])).to(dtype)
+        if ROWS_IN_ACCUMULATORS:
+            ds_t = (p_t * dp_t).to(dtype)
+        else:
+            ds_t = (p_t * (dp_t - delta[None, :])).to(dtype)
         # dSᵀ goes to shared memory for dQ (both warpgroups' halves are needed) and feeds dK += dSᵀ Q from registers.
         buffer = i % 2
         ds_smem.index(buffer).slice(WARPGROUP * KEYS_PER_WARPGROUP, KEYS_PER_WARPGROUP).store(ds_t)
@@ -231,10 +246,11 @@ def _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale
 
 @gluon.jit
 def _second_warpgroup(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
-                      CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr):
+                      CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr,
+                      ROWS_IN_ACCUMULATORS: gl.constexpr):
     """Worker partitions share one signature; this one runs the compute role for the program's second 64 keys."""
     _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 1, CAUSAL, KV_IN_REGISTERS,
-                       HEADS_PER_GROUP)
+                       HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS)
 # --8<-- [end:compute]
 
 
@@ -242,7 +258,8 @@ def _second_warpgroup(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale,
 @gluon.jit
 def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc, lse2_ptr,
                        delta_ptr, qk_scale, sm_scale, seq_len, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                       WORKER_REGS: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr):
+                       WORKER_REGS: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr,
+                       ROWS_IN_ACCUMULATORS: gl.constexpr):
     # Shared memory: a ring of STAGES slots for Q and for dO; each warpgroup's K and V; K again for dQ (two column
     # halves, or one part with every column); two buffers for dSᵀ (128 keys x BLOCK_M), so one block's dQ can be
     # read while the next is written; and one fp32 buffer per warpgroup for its dQ share on its way out.
@@ -276,11 +293,11 @@ def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_d
     gl.warp_specialize([
         # The kernel's own 4 warps compute for the first 64 keys, 4 more for the second 64, 1 warp copies.
         (_compute_partition, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 0, CAUSAL,
-                              KV_IN_REGISTERS, HEADS_PER_GROUP)),
+                              KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS)),
         (_second_warpgroup, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 1, CAUSAL,
-                             KV_IN_REGISTERS, HEADS_PER_GROUP)),
+                             KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS)),
         (_load_partition, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 0, CAUSAL,
-                           KV_IN_REGISTERS, HEADS_PER_GROUP)),
+                           KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS)),
     ], [4, 1], [WORKER_REGS, 24])
 # --8<-- [end:kernel]
 
@@ -294,8 +311,11 @@ REGISTERS = (168, 240)  # per thread at launch, then per computing thread (see k
 # Steps 9 and 10 need room that head dim 128 does not leave: there dK and dV take 128 of a computing thread's
 # registers, K and V would take 64 more, and a whole dQ share 32 more registers and 32 KiB more shared memory.
 ROOM_FOR_STEPS_9_AND_10 = {64: True, 128: False}
-HEADS_AT_A_TIME = 4  # step 11: causal programs start longest first, this many heads at a time (4 beat 8 and 16 in
-# our probe, narrowly; fewer heads when the batch's heads do not divide by 4)
+HEADS_AT_A_TIME = 4  # step 11: causal programs start longest first, this many heads at a time (in our probe 4 did as
+# well as 8 or 16, or a little better, in most rows; 2 or 1 when batch x heads does not divide by 4)
+# Step 12 pays where the kernel ran out of registers: at head dim 64 nothing spilled, and loading the two rows
+# before the products start made it slower in our probe.
+ROWS_IN_ACCUMULATORS_AT = {64: False, 128: True}
 
 
 def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
@@ -306,11 +326,13 @@ def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | Non
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                        lse: torch.Tensor, *, causal: bool = False, sm_scale: float | None = None,
                        kv_in_registers: bool = True, dq_by_turns: bool = True,
-                       longest_first: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       longest_first: bool = True,
+                       rows_in_accumulators: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) from the forward's output and natural-log logsumexp, like chapter 11's attention_backward.
 
     kv_in_registers and dq_by_turns are steps 9 and 10; they apply at head dim 64 and are ignored at 128.
     longest_first is step 11; it applies to causal attention (without the mask every program's loop is as long).
+    rows_in_accumulators is step 12; it applies at head dim 128 and is ignored at 64.
     """
     reason = shape_reason(q, k, v)
     if reason is not None:
@@ -348,7 +370,9 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
         descriptor(dq_acc, BLOCK_M, dq_cols), descriptor(dk, keys // 2, head_dim),
         descriptor(dv, keys // 2, head_dim), lse2, delta, sm_scale * triton_backward.LOG2_E, sm_scale, seq,
         CAUSAL=bool(causal), STAGES=STAGES[head_dim], WORKER_REGS=REGISTERS[1],
-        KV_IN_REGISTERS=kv_in_registers and room, HEADS_PER_GROUP=group, num_warps=4, maxnreg=REGISTERS[0])
+        KV_IN_REGISTERS=kv_in_registers and room, HEADS_PER_GROUP=group,
+        ROWS_IN_ACCUMULATORS=rows_in_accumulators and ROWS_IN_ACCUMULATORS_AT[head_dim], num_warps=4,
+        maxnreg=REGISTERS[0])
     # dQ = scale · the fp32 sums, rounded to the inputs' dtype: the Triton backward's last kernel for atomic dQ.
     triton_backward._dq_from_buffer[(rows // triton_backward.PREPROCESS_ROWS,)](
         dq_acc, dq, sm_scale, HEAD_DIM=head_dim, BLOCK=triton_backward.PREPROCESS_ROWS)

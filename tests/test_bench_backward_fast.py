@@ -26,13 +26,14 @@ def test_noise_compares_the_final_kernel_with_itself_per_length():
     assert "at N = 16,384 the two readings differ by up to 8.0%" in text  # 540 / 500
 
 
-def test_the_final_kernel_is_step_11_in_gluon_and_the_library_ships_it():
+def test_the_final_kernel_is_step_12_in_gluon_and_the_library_ships_it():
     from kernels import flash_attention_backward_fast as fast
 
-    assert FINAL == "longest_first" and bench._final_switches() == fast.BEST_FEATURES
+    assert FINAL == "rows_in_accumulators" and bench._final_switches() == fast.BEST_FEATURES
     gluon_off = dict.fromkeys(fast.GLUON_SWITCHES, False)
     assert bench._triton_switches() == {**fast.BEST_FEATURES, **gluon_off}  # step 6: every Triton switch as kept
-    assert [s.key for s in bench.STEPS][-4:] == ["gluon", "kv_registers", "dq_turns", "longest_first"]  # 8-11
+    assert [s.key for s in bench.STEPS][-5:] == ["gluon", "kv_registers", "dq_turns", "longest_first",
+                                                 "rows_in_accumulators"]  # 8-12
 
 
 def test_dq_table_sets_each_way_against_the_second_pass():
@@ -53,3 +54,14 @@ def test_tile_changes_name_only_the_tiles_that_changed_against_the_last_kept_ste
     assert "D=64 non-causal: dK/dV 64x64, 4 warps, 2 stages → 64x64, 4 warps, 3 stages" in text.splitlines()[1]
     autotuned = [s for s in bench.STEPS[1:] if s.pinned is None and not s.switches["GLUON"]]  # Gluon: fixed tiles
     assert text.count("no tile changed") == len(autotuned) - 2  # every later step kept the same tiles
+
+
+def test_spills_lists_the_gluon_steps_only_with_what_each_compiled_kernel_recorded():
+    rows = [{"kind": "step", "step": key, "head_dim": 128, "causal": True, "spills": spills}
+            for key, spills in (("gluon", 28), (FINAL, 0), ("readable", None))]
+    text = bench.spills({"rows": rows})
+    keys = [s.key for s in bench.STEPS]
+    assert f"| {keys.index('gluon')} | {bench.STEPS[keys.index('gluon')].title} | not recorded | not recorded | " \
+           "not recorded | 28 |" in text
+    assert f"| {keys.index(FINAL)} |" in text and "| 0 |" in text
+    assert bench.STEPS[0].title not in text  # the Triton steps compile no Gluon kernel

@@ -1,9 +1,10 @@
-"""Chapter 11, steps 8-11: the Gluon backward against float64 autograd.
+"""Chapter 11, steps 8-12: the Gluon backward against float64 autograd.
 
 Gluon does not run in Triton's CPU interpreter, so without a GPU only the refusal is tested. The @pytest.mark.gpu
 tests run both half-precision dtypes, both head dims, both masks, and poisoned memory, with step 11's launch order
 and without it; at head dim 64 also steps 8 and 9 (at 128 steps 9 and 10 do not apply, and the kernel is step
-8's). Step 11 groups heads by 4, 2 or 1; a test covers each.
+8's), at head dim 128 also step 12 (which does not apply at 64). Step 11 groups heads by 4, 2 or 1; a test covers
+each.
 """
 
 import pytest
@@ -45,9 +46,11 @@ def test_gpu_bad_lse_gets_a_clear_error():
         hopper.attention_backward(do, q, k, v, out, lse[:, :, :128])
 
 
-STEPS = {11: {}, 10: {"longest_first": False}, 9: {"dq_by_turns": False, "longest_first": False},
-         8: {"kv_in_registers": False, "dq_by_turns": False, "longest_first": False}}
-KERNELS = [(d, step) for d in (64, 128) for step in STEPS if d == 64 or step >= 10]
+STEPS = {12: {}, 11: {"rows_in_accumulators": False}, 10: {"longest_first": False, "rows_in_accumulators": False},
+         9: {"dq_by_turns": False, "longest_first": False, "rows_in_accumulators": False},
+         8: {"kv_in_registers": False, "dq_by_turns": False, "longest_first": False, "rows_in_accumulators": False}}
+# The steps that are a kernel of their own at each head dim: 12 only at 128, 9 and 8 only at 64.
+KERNELS = [(d, step) for d in (64, 128) for step in STEPS if (d == 64 and step != 12) or (d == 128 and step >= 10)]
 
 
 @pytest.mark.gpu
@@ -57,7 +60,7 @@ def test_gpu_launch_order_covers_every_program(batch, heads):
     q, k, v, do = inputs(batch, heads, 640, 640, 64, torch.float16, "cuda", seed=batch * 10 + heads)
     out, lse = forward_attention(q, k, v, causal=True, return_lse=True)
     _poison_the_allocator()
-    grads = hopper.attention_backward(do, q, k, v, out, lse, causal=True, longest_first=True)
+    grads = hopper.attention_backward(do, q, k, v, out, lse, causal=True)
     _, *expected = reference_grads(q, k, v, do, True)
     for name, got, ref in zip("qkv", grads, expected, strict=True):
         assert not torch.isnan(got).any(), f"d{name} has NaN"

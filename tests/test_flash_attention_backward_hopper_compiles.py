@@ -1,4 +1,4 @@
-"""Chapter 11's Gluon backward (steps 8-11) compiles for Hopper with this machine's Triton, GPU or not.
+"""Chapter 11's Gluon backward (steps 8-12) compiles for Hopper with this machine's Triton, GPU or not.
 
 The pattern of tests/test_flash_attention_hopper.py: compile for compute capability 9.0 in a fresh process with
 the interpreter off, and look at what came out. This catches a Gluon API that moved (the TMA reduce-add has a
@@ -14,7 +14,7 @@ from tests.test_flash_attention_hopper import SHARED_MEMORY_PER_BLOCK, compiled_
 
 def compile_for_hopper(head_dim: int, causal: bool) -> dict:
     """Compile the kernel as the wrapper launches it (steps 9 and 10 where there is room, step 11's launch order when
-    causal) for compute capability 9.0; runs in the subprocess."""
+    causal, step 12 at head dim 128) for compute capability 9.0; runs in the subprocess."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon import language as gl
@@ -36,9 +36,11 @@ def compile_for_hopper(head_dim: int, causal: bool) -> dict:
                  "dq_desc": descriptor_type(hopper.BLOCK_M, dq_cols, "fp32"), "dk_desc": kv_block,
                  "dv_desc": kv_block, "lse2_ptr": "*fp32", "delta_ptr": "*fp32", "qk_scale": "fp32",
                  "sm_scale": "fp32", "seq_len": "i32", "CAUSAL": "constexpr", "STAGES": "constexpr",
-                 "WORKER_REGS": "constexpr", "KV_IN_REGISTERS": "constexpr", "HEADS_PER_GROUP": "constexpr"}
+                 "WORKER_REGS": "constexpr", "KV_IN_REGISTERS": "constexpr", "HEADS_PER_GROUP": "constexpr",
+                 "ROWS_IN_ACCUMULATORS": "constexpr"}
     constants = {"CAUSAL": causal, "STAGES": hopper.STAGES[head_dim], "WORKER_REGS": hopper.REGISTERS[1],
-                 "KV_IN_REGISTERS": room, "HEADS_PER_GROUP": hopper.HEADS_AT_A_TIME if causal else 0}
+                 "KV_IN_REGISTERS": room, "HEADS_PER_GROUP": hopper.HEADS_AT_A_TIME if causal else 0,
+                 "ROWS_IN_ACCUMULATORS": hopper.ROWS_IN_ACCUMULATORS_AT[head_dim]}
     source = GluonASTSource(fn=hopper._hopper_bwd_kernel, signature=signature, constexprs=constants)
     options = {"num_warps": 4, "maxnreg": hopper.REGISTERS[0]}
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)

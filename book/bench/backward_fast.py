@@ -6,10 +6,10 @@ is autograd.grad (or the backward wrapper) on its saved graph, replayed from a C
 (chapter 7's timer). FLOPs as in chapter 10: 2.5 times the forward's 4·B·H·N²·D, halved for causal.
 
 - "step": the worklog. fp16, N = 4096, 16K tokens per batch, head dim 64 (32 heads) and 128 (16 heads), causal
-  and not; chapter 10's readable backward, every step (steps 8-11 are the Gluon kernel), and the SDPA backends.
+  and not; chapter 10's readable backward, every step (steps 8-12 are the Gluon kernel), and the SDPA backends.
 - "dq": the ways to produce dQ, over N, fp16: in Triton a second pass or atomic adds, with every other switch as
-  in the last Triton step; and the final Gluon kernel (step 11), which adds dQ through the copy engine.
-- "speed": the final fast backward (step 11) beside chapter 10's kernels and every SDPA backend over chapter 10's
+  in the last Triton step; and the final Gluon kernel (step 12), which adds dQ through the copy engine.
+- "speed": the final fast backward (step 12) beside chapter 10's kernels and every SDPA backend over chapter 10's
   grid (fp16 and bf16, N from 1K to 16K), the backward alone and the forward with the backward (a training step's
   attention; the fast path's forward is chapter 9's kernel).
 Before timing, every implementation's gradients of the first (batch, head) are checked against float64 autograd.
@@ -36,7 +36,7 @@ NAMES = {"fast": "chapter 11's fast backward", "readable": "chapter 10's kernels
 
 
 _OFF = {"TRANSPOSED": False, "SPLIT_DIAGONAL": False, "ATOMIC_DQ": False, "USE_TMA": False, "GLUON": False,
-        "KV_IN_REGISTERS": False, "DQ_BY_TURNS": False, "LONGEST_FIRST": False}
+        "KV_IN_REGISTERS": False, "DQ_BY_TURNS": False, "LONGEST_FIRST": False, "ROWS_IN_ACCUMULATORS": False}
 _GLUON = {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True, "USE_TMA": True, "GLUON": True}
 
 STEPS = [
@@ -103,9 +103,19 @@ STEPS = [
          "so on. Nothing else changes.",
          "Not blind: written after a probe of launch orders at N = 2K-16K. Causal: about a tenth faster at head "
          "dim 64 and somewhat less at 128; non-causal: the same kernel and order, unchanged. The probe does not "
-         "say why: its programs were busy almost all the time in both orders, so it is not a shorter tail; each "
-         "block of queries took less time.",
+         "say why: at N = 16K its programs were busy almost all the time in both orders, so there it is not a "
+         "shorter tail; each block of queries took less time.",
          {**_GLUON, "KV_IN_REGISTERS": True, "DQ_BY_TURNS": True, "LONGEST_FIRST": True}),
+    Step("rows_in_accumulators", "Start Sᵀ and dPᵀ from the rows (head dim 128)", "Head dim 128 only: the "
+         "products Sᵀ = K Qᵀ and dPᵀ = V dOᵀ start from -L₂/qk_scale and -D (each query's base-2 logsumexp and "
+         "D, broadcast over the keys) instead of from zero, so Pᵀ = exp2(qk_scale · Sᵀ) and dSᵀ = Pᵀ ∘ dPᵀ need "
+         "neither row afterwards. Head dim 64: the same kernel as step 11.",
+         "Not blind: written after a probe at N = 2K-16K. At head dim 128 the compiled kernel stops spilling "
+         "registers (the rows took 16 registers each per computing thread, held across the block), so a few "
+         "percent faster, more with the mask than without. At head dim 64 nothing spilled, and the probe found "
+         "the change slower there: the two rows must now be loaded before the products start.",
+         {**_GLUON, "KV_IN_REGISTERS": True, "DQ_BY_TURNS": True, "LONGEST_FIRST": True,
+          "ROWS_IN_ACCUMULATORS": True}),
 ]
 
 
@@ -218,6 +228,22 @@ def _step_fns(q, k, v, do, causal: bool):
     return fns
 
 
+def _with_spills(call):
+    """call()'s result and the n_spills of the Gluon kernel it ran: that kernel's local memory per thread in 4-byte
+    words, where ptxas keeps the registers it spills (None where Triton keeps no cache to read it from). The
+    kernel's in-memory cache is emptied first, so the one compiled kernel in it afterwards is call()'s (Triton
+    reloads it from its disk cache)."""
+    from kernels import flash_attention_backward_hopper as hopper
+
+    caches = getattr(hopper._hopper_bwd_kernel, "device_caches", None)
+    if caches is None:
+        return call(), None
+    caches.clear()
+    result = call()
+    compiled = [kernel for cache in caches.values() for kernel in cache[0].values()]
+    return result, compiled[0].n_spills if len(compiled) == 1 else None
+
+
 def _measure_steps(d: int, causal: bool, progress: Progress) -> list[dict]:
     import torch
 
@@ -230,14 +256,20 @@ def _measure_steps(d: int, causal: bool, progress: Progress) -> list[dict]:
     rows, fns = {}, {}
     for key, fn in _step_fns(q, k, v, do, causal).items():
         rows[key] = {"kind": "step", "step": key, "head_dim": d, "causal": causal, "N": N, "error": None}
+        step = next(s for s in STEPS if s.key == key)
         try:
-            rows[key]["grad_err"] = _checked(fn, expected, "float16", key)
-            step = next(s for s in STEPS if s.key == key)
+            if step.switches is not None and step.switches["GLUON"]:
+                rows[key]["grad_err"], rows[key]["spills"] = _with_spills(
+                    lambda: _checked(fn, expected, "float16", key))  # noqa: B023 - called at once
+            else:
+                rows[key]["grad_err"] = _checked(fn, expected, "float16", key)
             if step.switches is not None and step.pinned is None and not step.switches["GLUON"]:
                 rows[key]["configs"] = flash_attention_backward_fast.tuned_configs(step.switches["ATOMIC_DQ"])
             fns[key] = fn
         except Exception as error:  # noqa: BLE001 - a step that fails is a result too
             rows[key]["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:120]}"
+    for fn in fns.values():  # _with_spills emptied the Gluon kernel's cache: load each step's kernel again
+        fn()
     peers = {}
     for name in BACKENDS:
         fn = _autograd_backward(_attentions()[name], q, k, v, do, causal)
@@ -399,7 +431,20 @@ def tile_changes(result: dict) -> str:
             base = step
     return "\n".join(lines) + ("\n\nA tile is written as query rows x keys, warps, pipeline stages. A step without "
                                "a dQ kernel (atomic adds) is compared on dK/dV only. The Gluon kernel (steps "
-                               "8-11) has fixed tiles and is not listed.")
+                               "8-12) has fixed tiles and is not listed.")
+
+
+def spills(result: dict) -> str:
+    """Registers spilled by the compiled Gluon kernel of each step, per column."""
+    by = {(r["step"], r["head_dim"], r["causal"]): r for r in _rows(result, "step")}
+    body = []
+    for i, step in enumerate(STEPS):
+        if step.switches is not None and step.switches["GLUON"]:
+            cells = [(by.get((step.key, d, c)) or {}).get("spills") for d, c in SHAPES]
+            body.append([i, step.title, *("not recorded" if n is None else n for n in cells)])
+    return render.table(["#", "step", *(_label(d, c) for d, c in SHAPES)], body) + (
+        "\n\nLocal memory per thread of the kernel each step compiled to, in 4-byte words (Triton's n_spills, "
+        "where ptxas keeps the registers it spills); 0: nothing spilled.")
 
 
 def predictions(result: dict) -> str:
@@ -415,7 +460,7 @@ def dq_table(result: dict) -> str:
              r["atomic_backward"], r["gluon_backward"], f"{r['atomic_backward'] / r['second_pass_backward']:.2f}×",
              f"{r['gluon_backward'] / r['second_pass_backward']:.2f}×"]
             for r in _rows(result, "dq")]
-    return render.table(["D", "causal", "N", "second pass", "atomic adds", "Gluon (step 11)", "atomic / second pass",
+    return render.table(["D", "causal", "N", "second pass", "atomic adds", "Gluon (step 12)", "atomic / second pass",
                          "Gluon / second pass"], body) + (
         "\n\nBackward TFLOP/s, fp16, timed in turns. The two Triton columns have every other switch as in step 6.")
 
@@ -535,7 +580,7 @@ BENCHMARK = Benchmark(
              "book/bench/backward_fast.py"],
     run=run,
     views={"steps": steps_table, "deltas": step_deltas, "tiles": tile_changes, "predictions": predictions,
-           "dq": dq_table,
+           "spills": spills, "dq": dq_table,
            "noise": noise, "table": table, "step-table": step_table, "targets": targets,
            "versus-readable": versus_readable,
            "checks": checks, "plot": plot},
