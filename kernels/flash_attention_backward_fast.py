@@ -22,12 +22,14 @@ compile-time switch, so the benchmark times every step of the worklog from this 
   key block of a few heads, then their second, ..., so the longest loops start first. Only with GLUON.
 - ROWS_IN_ACCUMULATORS: step 12, the Gluon kernel starts Sᵀ and dPᵀ from the logsumexp and D instead of from
   zero, which frees the registers that held those rows. Only with GLUON, and only at head dim 128.
+- ROWS_IN_SHARED: step 13, the Gluon kernel's copy warp brings each Q block's logsumexp and D into shared memory
+  with Q and dO, instead of the computing warps loading them from global memory. Only with GLUON.
 Chapter 11's worklog table says which of them paid off; BEST_FEATURES turns those on.
 
 The fast path takes what the fast forward takes: fp16 or bf16, head dim 64 or 128, equal query and key lengths
 that are a multiple of 128, contiguous tensors. Anything else goes to chapter 10's readable backward, with a
 FallbackWarning that says why. `attention` is the differentiable fast path: chapter 9's forward, this backward
-(the Gluon kernel of steps 8-12 on a Hopper GPU).
+(the Gluon kernel of steps 8-13 on a Hopper GPU).
 """
 
 from __future__ import annotations
@@ -213,9 +215,11 @@ def _dq_from_buffer(DQ_ACC, DQ, sm_scale, HEAD_DIM: tl.constexpr, BLOCK: tl.cons
 # The switches of the final kernel: every step of chapter 11's worklog that paid off. With GLUON on, the Triton
 # switches still say what runs where the Gluon kernel cannot (the interpreter, GPUs other than Hopper).
 BEST_FEATURES = {"TRANSPOSED": True, "SPLIT_DIAGONAL": True, "ATOMIC_DQ": False, "USE_TMA": True, "GLUON": True,
-                 "KV_IN_REGISTERS": True, "DQ_BY_TURNS": True, "LONGEST_FIRST": True, "ROWS_IN_ACCUMULATORS": True}
+                 "KV_IN_REGISTERS": True, "DQ_BY_TURNS": True, "LONGEST_FIRST": True, "ROWS_IN_ACCUMULATORS": True,
+                 "ROWS_IN_SHARED": True}
 # The Gluon kernel's switches; the rest are the Triton kernels'.
-GLUON_SWITCHES = ("GLUON", "KV_IN_REGISTERS", "DQ_BY_TURNS", "LONGEST_FIRST", "ROWS_IN_ACCUMULATORS")
+GLUON_SWITCHES = ("GLUON", "KV_IN_REGISTERS", "DQ_BY_TURNS", "LONGEST_FIRST", "ROWS_IN_ACCUMULATORS",
+                  "ROWS_IN_SHARED")
 PREPROCESS_ROWS = 128
 
 
@@ -374,7 +378,7 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
         return flash_attention_backward_hopper.attention_backward(
             do, q, k, v, out, lse, causal=causal, sm_scale=sm_scale, kv_in_registers=switches["KV_IN_REGISTERS"],
             dq_by_turns=switches["DQ_BY_TURNS"], longest_first=switches["LONGEST_FIRST"],
-            rows_in_accumulators=switches["ROWS_IN_ACCUMULATORS"])
+            rows_in_accumulators=switches["ROWS_IN_ACCUMULATORS"], rows_in_shared=switches["ROWS_IN_SHARED"])
     batch, heads, seq, head_dim = q.shape
     if causal:
         _check_causal_tiles(dkdv_config, dq_config)

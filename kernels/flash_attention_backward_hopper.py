@@ -1,4 +1,4 @@
-"""Chapter 11, steps 8-12: the backward in Gluon, with five matrix products per tile instead of seven.
+"""Chapter 11, steps 8-13: the backward in Gluon, with five matrix products per tile instead of seven.
 
 Chapter 11's Triton backward computes dQ in a second kernel, which repeats two of the five products of each
 tile. Adding dQ across programs instead (steps 5 and 7) lost in Triton, whose compiler gives the same warps every
@@ -24,6 +24,8 @@ the longest loop (every later query sees its keys), so the grid starts the first
 their second, and so on, instead of every key block of one head before the next head.
 Step 12, at head dim 128 only, starts the products Sᵀ and dPᵀ from the logsumexp and D of each query (as
 accumulators) instead of from zero, so that those two rows need no registers while the block is computed.
+Step 13 has the copy warp bring each Q block's logsumexp and D into shared memory with Q and dO, so that the
+computing warps read them there instead of waiting for their own loads from global memory.
 
 The inputs are the fast path's: fp16 or bf16, head dim 64 or 128, equal query and key lengths that are a multiple
 of 128, contiguous tensors, a Hopper GPU. Gluon does not run in Triton's CPU interpreter. D = rowsum(dO ∘ O),
@@ -54,6 +56,8 @@ from kernels.validate import softmax_scale
 _thread_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
 KEYS_PER_WARPGROUP = gl.constexpr(64)  # one wgmma covers 64 rows; a program's 128 keys are two warpgroups' rows
+# Step 13: a block's logsumexp or D, one row of floats in shared memory, as the copy engine writes it (unswizzled).
+ROWS_LAYOUT = gl.constexpr(gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1))
 
 
 @builtin
@@ -88,12 +92,13 @@ def _program_tile(seq_len, HEADS_PER_GROUP: gl.constexpr):
 
 # --8<-- [start:load]
 @gluon.jit
-def _load_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
+def _load_partition(descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
                     CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr,
-                    ROWS_IN_ACCUMULATORS: gl.constexpr):
-    """One warp: K and V once (and K again, for dQ, in column parts), then the Q and dO blocks into the ring."""
+                    ROWS_IN_ACCUMULATORS: gl.constexpr, ROWS_IN_SHARED: gl.constexpr):
+    """One warp: K and V once (and K again, for dQ, in column parts), then the Q and dO blocks into the ring (and,
+    step 13, each block's logsumexp and D with them, under the same barriers)."""
     q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc = descs
-    q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem = smem
+    q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem, lse2_smem, delta_smem = smem
     kv_ready, q_ready, q_free, do_ready, do_free, ds_ready = bars
     stages: gl.constexpr = q_smem.shape[0]
     block_m: gl.constexpr = q_smem.shape[1]
@@ -112,11 +117,20 @@ def _load_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, s
         slot = i % stages
         free_phase = ((i // stages) & 1) ^ 1  # a fresh barrier counts phase 1 as complete: the first wait passes
         mbarrier.wait(q_free.index(slot), free_phase)
-        mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
-        _tma_load(q_desc, [row0 + lo + i * block_m, 0], q_ready.index(slot), q_smem.index(slot))
+        row = row0 + lo + i * block_m
+        if ROWS_IN_SHARED:
+            mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes + lse2_src.block_type.nbytes)
+            _tma_load(lse2_src, [row], q_ready.index(slot), lse2_smem.index(slot))
+        else:
+            mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
+        _tma_load(q_desc, [row, 0], q_ready.index(slot), q_smem.index(slot))
         mbarrier.wait(do_free.index(slot), free_phase)
-        mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
-        _tma_load(do_desc, [row0 + lo + i * block_m, 0], do_ready.index(slot), do_smem.index(slot))
+        if ROWS_IN_SHARED:
+            mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes + delta_src.block_type.nbytes)
+            _tma_load(delta_src, [row], do_ready.index(slot), delta_smem.index(slot))
+        else:
+            mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
+        _tma_load(do_desc, [row, 0], do_ready.index(slot), do_smem.index(slot))
 # --8<-- [end:load]
 
 
@@ -131,12 +145,12 @@ def _add_to_dq(dq_desc, buffer, dq, row, col):
 
 
 @gluon.jit
-def _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale,
+def _compute_partition(descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale, sm_scale,
                        WARPGROUP: gl.constexpr, CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr,
-                       HEADS_PER_GROUP: gl.constexpr, ROWS_IN_ACCUMULATORS: gl.constexpr):
+                       HEADS_PER_GROUP: gl.constexpr, ROWS_IN_ACCUMULATORS: gl.constexpr, ROWS_IN_SHARED: gl.constexpr):
     """One warpgroup: 64 keys' dK and dV over every Q block, and its part of each block's dQ share."""
     q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc = descs
-    q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem = smem
+    q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem, lse2_smem, delta_smem = smem
     kv_ready, q_ready, q_free, do_ready, do_free, ds_ready = bars
     stages: gl.constexpr = q_smem.shape[0]
     block_m: gl.constexpr = q_smem.shape[1]
@@ -153,6 +167,7 @@ def _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, dq_cols, 16])
     operand_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(0, st_layout)  # one value per query, shared by the keys
     start_n, row0 = _program_tile(seq_len, HEADS_PER_GROUP)
     lo = start_n if CAUSAL else 0
     keys = start_n + WARPGROUP * KEYS_PER_WARPGROUP + gl.arange(0, KEYS_PER_WARPGROUP,
@@ -176,23 +191,31 @@ def _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale
         phase = (i // stages) & 1
         # Start Sᵀ = K Qᵀ and dPᵀ = V dOᵀ on the tensor cores; load this block's logsumexp and D meanwhile. Step 12
         # (head dim 128) starts the two products from -L₂/qk_scale and -D instead of zero, so that no row of the
-        # logsumexp or D stays in registers; those loads must come first.
-        queries = start_m + gl.arange(0, block_m, gl.SliceLayout(0, st_layout))
+        # logsumexp or D stays in registers; those loads must come first. Step 13 reads both rows from the ring slot
+        # where the copy warp put them beside Q and dO, instead of loading them from global memory.
+        queries = start_m + gl.arange(0, block_m, row_layout)
         s_start = gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout)
         dp_start = gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout)
-        if ROWS_IN_ACCUMULATORS:
-            s_start -= (gl.load(lse2_ptr + row0 + queries) / qk_scale)[None, :]
+        if ROWS_IN_ACCUMULATORS and not ROWS_IN_SHARED:
+            s_start -= (gl.load(lse2_src + row0 + queries) / qk_scale)[None, :]
         mbarrier.wait(q_ready.index(slot), phase)
+        if ROWS_IN_ACCUMULATORS and ROWS_IN_SHARED:
+            s_start -= (lse2_smem.index(slot).load(row_layout) / qk_scale)[None, :]
         q = q_smem.index(slot)
         s_t = warpgroup_mma(k_first, q.permute((1, 0)), s_start, use_acc=ROWS_IN_ACCUMULATORS, is_async=True)
-        if ROWS_IN_ACCUMULATORS:
-            dp_start -= gl.load(delta_ptr + row0 + queries)[None, :]
+        if ROWS_IN_ACCUMULATORS and not ROWS_IN_SHARED:
+            dp_start -= gl.load(delta_src + row0 + queries)[None, :]
         mbarrier.wait(do_ready.index(slot), phase)
+        if ROWS_IN_ACCUMULATORS and ROWS_IN_SHARED:
+            dp_start -= delta_smem.index(slot).load(row_layout)[None, :]
         do = do_smem.index(slot)
         dp_t = warpgroup_mma(v_first, do.permute((1, 0)), dp_start, use_acc=ROWS_IN_ACCUMULATORS, is_async=True)
-        if not ROWS_IN_ACCUMULATORS:
-            lse2 = gl.load(lse2_ptr + row0 + queries)
-            delta = gl.load(delta_ptr + row0 + queries)
+        if not ROWS_IN_ACCUMULATORS and ROWS_IN_SHARED:
+            lse2 = lse2_smem.index(slot).load(row_layout)
+            delta = delta_smem.index(slot).load(row_layout)
+        if not ROWS_IN_ACCUMULATORS and not ROWS_IN_SHARED:
+            lse2 = gl.load(lse2_src + row0 + queries)
+            delta = gl.load(delta_src + row0 + queries)
         # Pᵀ rebuilt from the logsumexp; dV += Pᵀ dO starts while dPᵀ may still be running.
         s_t = warpgroup_mma_wait(1, deps=[s_t])
         if ROWS_IN_ACCUMULATORS:
@@ -245,24 +268,25 @@ def _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale
 
 
 @gluon.jit
-def _second_warpgroup(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
+def _second_warpgroup(descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
                       CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr,
-                      ROWS_IN_ACCUMULATORS: gl.constexpr):
+                      ROWS_IN_ACCUMULATORS: gl.constexpr, ROWS_IN_SHARED: gl.constexpr):
     """Worker partitions share one signature; this one runs the compute role for the program's second 64 keys."""
-    _compute_partition(descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 1, CAUSAL, KV_IN_REGISTERS,
-                       HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS)
+    _compute_partition(descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale, sm_scale, 1, CAUSAL, KV_IN_REGISTERS,
+                       HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS, ROWS_IN_SHARED)
 # --8<-- [end:compute]
 
 
 # --8<-- [start:kernel]
 @gluon.jit
-def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc, lse2_ptr,
-                       delta_ptr, qk_scale, sm_scale, seq_len, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc, lse2_src,
+                       delta_src, qk_scale, sm_scale, seq_len, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                        WORKER_REGS: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr,
-                       ROWS_IN_ACCUMULATORS: gl.constexpr):
+                       ROWS_IN_ACCUMULATORS: gl.constexpr, ROWS_IN_SHARED: gl.constexpr):
     # Shared memory: a ring of STAGES slots for Q and for dO; each warpgroup's K and V; K again for dQ (two column
     # halves, or one part with every column); two buffers for dSᵀ (128 keys x BLOCK_M), so one block's dQ can be
-    # read while the next is written; and one fp32 buffer per warpgroup for its dQ share on its way out.
+    # read while the next is written; one fp32 buffer per warpgroup for its dQ share on its way out; and (step 13)
+    # a ring slot of BLOCK_M floats for each block's logsumexp and one for its D.
     block_m: gl.constexpr = q_desc.block_type.shape[0]
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
     do_smem = gl.allocate_shared_memory(do_desc.dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
@@ -288,16 +312,18 @@ def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_d
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)  # both halves of dSᵀ written
     descs = (q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc)
-    smem = (q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem)
+    lse2_smem = gl.allocate_shared_memory(gl.float32, [STAGES, block_m], ROWS_LAYOUT)
+    delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, block_m], ROWS_LAYOUT)
+    smem = (q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem, lse2_smem, delta_smem)
     bars = (kv_ready, q_ready, q_free, do_ready, do_free, ds_ready)
     gl.warp_specialize([
         # The kernel's own 4 warps compute for the first 64 keys, 4 more for the second 64, 1 warp copies.
-        (_compute_partition, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 0, CAUSAL,
-                              KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS)),
-        (_second_warpgroup, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 1, CAUSAL,
-                             KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS)),
-        (_load_partition, (descs, smem, bars, seq_len, lse2_ptr, delta_ptr, qk_scale, sm_scale, 0, CAUSAL,
-                           KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS)),
+        (_compute_partition, (descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale, sm_scale, 0, CAUSAL,
+                              KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS, ROWS_IN_SHARED)),
+        (_second_warpgroup, (descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale, sm_scale, 1, CAUSAL,
+                             KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS, ROWS_IN_SHARED)),
+        (_load_partition, (descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale, sm_scale, 0, CAUSAL,
+                           KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS, ROWS_IN_SHARED)),
     ], [4, 1], [WORKER_REGS, 24])
 # --8<-- [end:kernel]
 
@@ -325,14 +351,14 @@ def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | Non
 
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                        lse: torch.Tensor, *, causal: bool = False, sm_scale: float | None = None,
-                       kv_in_registers: bool = True, dq_by_turns: bool = True,
-                       longest_first: bool = True,
-                       rows_in_accumulators: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       kv_in_registers: bool = True, dq_by_turns: bool = True, longest_first: bool = True,
+                       rows_in_accumulators: bool = True,
+                       rows_in_shared: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv) from the forward's output and natural-log logsumexp, like chapter 11's attention_backward.
 
     kv_in_registers and dq_by_turns are steps 9 and 10; they apply at head dim 64 and are ignored at 128.
     longest_first is step 11; it applies to causal attention (without the mask every program's loop is as long).
-    rows_in_accumulators is step 12; it applies at head dim 128 and is ignored at 64.
+    rows_in_accumulators is step 12; it applies at head dim 128 and is ignored at 64. rows_in_shared is step 13.
     """
     reason = shape_reason(q, k, v)
     if reason is not None:
@@ -364,14 +390,18 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     dq_cols = head_dim if dq_by_turns and room else head_dim // 2
     group = next(g for g in (HEADS_AT_A_TIME, 2, 1) if (batch * heads) % g == 0) if causal and longest_first else 0
     grid = (group, batch * heads // group * (seq // keys)) if group else (seq // keys, batch * heads)
+    row_sources = [lse2, delta]  # pointers, or (step 13) descriptors of BLOCK_M floats for the copy engine
+    if rows_in_shared:
+        row_sources = [TensorDescriptor(t, [rows], [1], [BLOCK_M], ROWS_LAYOUT.value) for t in row_sources]
     _hopper_bwd_kernel[grid](
         descriptor(q2, BLOCK_M, head_dim), descriptor(k2, keys // 2, head_dim), descriptor(v2, keys // 2, head_dim),
         descriptor(do2, BLOCK_M, head_dim), descriptor(k2, keys, dq_cols),
         descriptor(dq_acc, BLOCK_M, dq_cols), descriptor(dk, keys // 2, head_dim),
-        descriptor(dv, keys // 2, head_dim), lse2, delta, sm_scale * triton_backward.LOG2_E, sm_scale, seq,
+        descriptor(dv, keys // 2, head_dim), *row_sources, sm_scale * triton_backward.LOG2_E, sm_scale, seq,
         CAUSAL=bool(causal), STAGES=STAGES[head_dim], WORKER_REGS=REGISTERS[1],
         KV_IN_REGISTERS=kv_in_registers and room, HEADS_PER_GROUP=group,
-        ROWS_IN_ACCUMULATORS=rows_in_accumulators and ROWS_IN_ACCUMULATORS_AT[head_dim], num_warps=4,
+        ROWS_IN_ACCUMULATORS=rows_in_accumulators and ROWS_IN_ACCUMULATORS_AT[head_dim],
+        ROWS_IN_SHARED=rows_in_shared, num_warps=4,
         maxnreg=REGISTERS[0])
     # dQ = scale · the fp32 sums, rounded to the inputs' dtype: the Triton backward's last kernel for atomic dQ.
     triton_backward._dq_from_buffer[(rows // triton_backward.PREPROCESS_ROWS,)](

@@ -26,14 +26,14 @@ def test_noise_compares_the_final_kernel_with_itself_per_length():
     assert "at N = 16,384 the two readings differ by up to 8.0%" in text  # 540 / 500
 
 
-def test_the_final_kernel_is_step_12_in_gluon_and_the_library_ships_it():
+def test_the_final_kernel_is_step_13_in_gluon_and_the_library_ships_it():
     from kernels import flash_attention_backward_fast as fast
 
-    assert FINAL == "rows_in_accumulators" and bench._final_switches() == fast.BEST_FEATURES
+    assert FINAL == "rows_in_shared" and bench._final_switches() == fast.BEST_FEATURES
     gluon_off = dict.fromkeys(fast.GLUON_SWITCHES, False)
     assert bench._triton_switches() == {**fast.BEST_FEATURES, **gluon_off}  # step 6: every Triton switch as kept
-    assert [s.key for s in bench.STEPS][-5:] == ["gluon", "kv_registers", "dq_turns", "longest_first",
-                                                 "rows_in_accumulators"]  # 8-12
+    assert [s.key for s in bench.STEPS][-6:] == ["gluon", "kv_registers", "dq_turns", "longest_first",
+                                                 "rows_in_accumulators", "rows_in_shared"]  # 8-13
 
 
 def test_dq_table_sets_each_way_against_the_second_pass():

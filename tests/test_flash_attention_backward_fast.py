@@ -2,7 +2,7 @@
 
 Without a GPU the Triton kernels run in Triton's interpreter on small fp16 shapes, one pinned tile shape each. The
 @pytest.mark.gpu tests run both half-precision dtypes with the autotuner, longer sequences, poisoned memory, the
-final path (the Gluon kernel of steps 8-12) beside the Triton one, and the differentiable fast path against SDPA.
+final path (the Gluon kernel of steps 8-13) beside the Triton one, and the differentiable fast path against SDPA.
 The Gluon kernel's own tests are in tests/test_flash_attention_backward_hopper.py.
 """
 
@@ -131,7 +131,7 @@ def test_gpu_on_hopper_the_final_path_is_the_gluon_kernel(monkeypatch):
     monkeypatch.setattr(hopper, "attention_backward", lambda *args, **kwargs: calls.append(kwargs) or (q, k, v))
     fast.attention_backward(do, q, k, v, out, lse, causal=True)
     assert calls == [{"causal": True, "sm_scale": 64**-0.5, "kv_in_registers": True, "dq_by_turns": True,
-                     "longest_first": True, "rows_in_accumulators": True}]
+                     "longest_first": True, "rows_in_accumulators": True, "rows_in_shared": True}]
     fast.attention_backward(do, q, k, v, out, lse, GLUON=False)
     assert len(calls) == 1  # GLUON=False: the Triton kernels
     with pytest.raises(ValueError, match="pass GLUON=False with them"):

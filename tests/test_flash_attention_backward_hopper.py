@@ -1,10 +1,10 @@
-"""Chapter 11, steps 8-12: the Gluon backward against float64 autograd.
+"""Chapter 11, steps 8-13: the Gluon backward against float64 autograd.
 
 Gluon does not run in Triton's CPU interpreter, so without a GPU only the refusal is tested. The @pytest.mark.gpu
 tests run both half-precision dtypes, both head dims, both masks, and poisoned memory, with step 11's launch order
 and without it; at head dim 64 also steps 8 and 9 (at 128 steps 9 and 10 do not apply, and the kernel is step
-8's), at head dim 128 also step 12 (which does not apply at 64). Step 11 groups heads by 4, 2 or 1; a test covers
-each.
+8's), at head dim 128 also step 12 (which does not apply at 64), and step 13 at both. Step 11 groups heads by 4,
+2 or 1; a test covers each.
 """
 
 import pytest
@@ -46,9 +46,10 @@ def test_gpu_bad_lse_gets_a_clear_error():
         hopper.attention_backward(do, q, k, v, out, lse[:, :, :128])
 
 
-STEPS = {12: {}, 11: {"rows_in_accumulators": False}, 10: {"longest_first": False, "rows_in_accumulators": False},
-         9: {"dq_by_turns": False, "longest_first": False, "rows_in_accumulators": False},
-         8: {"kv_in_registers": False, "dq_by_turns": False, "longest_first": False, "rows_in_accumulators": False}}
+# The keyword each step from 9 on adds; step N of the worklog is the kernel with every later step's turned off.
+ADDED_BY = {9: "kv_in_registers", 10: "dq_by_turns", 11: "longest_first", 12: "rows_in_accumulators",
+            13: "rows_in_shared"}
+STEPS = {step: {name: False for later, name in ADDED_BY.items() if later > step} for step in range(8, 14)}
 # The steps that are a kernel of their own at each head dim: 12 only at 128, 9 and 8 only at 64.
 KERNELS = [(d, step) for d in (64, 128) for step in STEPS if (d == 64 and step != 12) or (d == 128 and step >= 10)]
 

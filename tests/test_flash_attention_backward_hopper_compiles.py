@@ -1,4 +1,4 @@
-"""Chapter 11's Gluon backward (steps 8-12) compiles for Hopper with this machine's Triton, GPU or not.
+"""Chapter 11's Gluon backward (steps 8-13) compiles for Hopper with this machine's Triton, GPU or not.
 
 The pattern of tests/test_flash_attention_hopper.py: compile for compute capability 9.0 in a fresh process with
 the interpreter off, and look at what came out. This catches a Gluon API that moved (the TMA reduce-add has a
@@ -14,7 +14,7 @@ from tests.test_flash_attention_hopper import SHARED_MEMORY_PER_BLOCK, compiled_
 
 def compile_for_hopper(head_dim: int, causal: bool) -> dict:
     """Compile the kernel as the wrapper launches it (steps 9 and 10 where there is room, step 11's launch order when
-    causal, step 12 at head dim 128) for compute capability 9.0; runs in the subprocess."""
+    causal, step 12 at head dim 128, step 13) for compute capability 9.0; runs in the subprocess."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon import language as gl
@@ -31,16 +31,17 @@ def compile_for_hopper(head_dim: int, causal: bool) -> dict:
     room = hopper.ROOM_FOR_STEPS_9_AND_10[head_dim]
     dq_cols = head_dim if room else head_dim // 2  # step 10: one warpgroup computes every column, in turns
     q_block, kv_block = descriptor_type(hopper.BLOCK_M, head_dim), descriptor_type(keys, head_dim)
+    rows_block = f"tensordesc<fp32[{hopper.BLOCK_M}],{hopper.ROWS_LAYOUT.value!r}>"  # step 13: L₂ and D, a block's row
     signature = {"q_desc": q_block, "k_desc": kv_block, "v_desc": kv_block, "do_desc": q_block,
                  "k_dq_desc": descriptor_type(2 * keys, dq_cols),
                  "dq_desc": descriptor_type(hopper.BLOCK_M, dq_cols, "fp32"), "dk_desc": kv_block,
-                 "dv_desc": kv_block, "lse2_ptr": "*fp32", "delta_ptr": "*fp32", "qk_scale": "fp32",
+                 "dv_desc": kv_block, "lse2_src": rows_block, "delta_src": rows_block, "qk_scale": "fp32",
                  "sm_scale": "fp32", "seq_len": "i32", "CAUSAL": "constexpr", "STAGES": "constexpr",
                  "WORKER_REGS": "constexpr", "KV_IN_REGISTERS": "constexpr", "HEADS_PER_GROUP": "constexpr",
-                 "ROWS_IN_ACCUMULATORS": "constexpr"}
+                 "ROWS_IN_ACCUMULATORS": "constexpr", "ROWS_IN_SHARED": "constexpr"}
     constants = {"CAUSAL": causal, "STAGES": hopper.STAGES[head_dim], "WORKER_REGS": hopper.REGISTERS[1],
                  "KV_IN_REGISTERS": room, "HEADS_PER_GROUP": hopper.HEADS_AT_A_TIME if causal else 0,
-                 "ROWS_IN_ACCUMULATORS": hopper.ROWS_IN_ACCUMULATORS_AT[head_dim]}
+                 "ROWS_IN_ACCUMULATORS": hopper.ROWS_IN_ACCUMULATORS_AT[head_dim], "ROWS_IN_SHARED": True}
     source = GluonASTSource(fn=hopper._hopper_bwd_kernel, signature=signature, constexprs=constants)
     options = {"num_warps": 4, "maxnreg": hopper.REGISTERS[0]}
     compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
@@ -57,6 +58,7 @@ def test_compiles_for_hopper(head_dim, causal):
     ptx = compiled["ptx"]
     assert "wgmma.mma_async" in ptx and "setmaxnreg" in ptx  # async products; registers moved between the roles
     assert "cp.reduce.async.bulk.tensor" in ptx  # dQ's shares added by the copy engine
+    assert "cp.async.bulk.tensor.1d" in ptx  # step 13: each block's logsumexp and D fetched by the copy engine
     assert compiled["shared"] <= SHARED_MEMORY_PER_BLOCK
     products = [line for line in ptx.splitlines() if "wgmma.mma_async" in line]
     from_registers = [line for line in products if re.search(r"\} *, *\{", line)]  # first operand in registers

@@ -6,10 +6,10 @@ is autograd.grad (or the backward wrapper) on its saved graph, replayed from a C
 (chapter 7's timer). FLOPs as in chapter 10: 2.5 times the forward's 4·B·H·N²·D, halved for causal.
 
 - "step": the worklog. fp16, N = 4096, 16K tokens per batch, head dim 64 (32 heads) and 128 (16 heads), causal
-  and not; chapter 10's readable backward, every step (steps 8-12 are the Gluon kernel), and the SDPA backends.
+  and not; chapter 10's readable backward, every step (steps 8-13 are the Gluon kernel), and the SDPA backends.
 - "dq": the ways to produce dQ, over N, fp16: in Triton a second pass or atomic adds, with every other switch as
-  in the last Triton step; and the final Gluon kernel (step 12), which adds dQ through the copy engine.
-- "speed": the final fast backward (step 12) beside chapter 10's kernels and every SDPA backend over chapter 10's
+  in the last Triton step; and the final Gluon kernel (step 13), which adds dQ through the copy engine.
+- "speed": the final fast backward (step 13) beside chapter 10's kernels and every SDPA backend over chapter 10's
   grid (fp16 and bf16, N from 1K to 16K), the backward alone and the forward with the backward (a training step's
   attention; the fast path's forward is chapter 9's kernel).
 Before timing, every implementation's gradients of the first (batch, head) are checked against float64 autograd.
@@ -36,7 +36,8 @@ NAMES = {"fast": "chapter 11's fast backward", "readable": "chapter 10's kernels
 
 
 _OFF = {"TRANSPOSED": False, "SPLIT_DIAGONAL": False, "ATOMIC_DQ": False, "USE_TMA": False, "GLUON": False,
-        "KV_IN_REGISTERS": False, "DQ_BY_TURNS": False, "LONGEST_FIRST": False, "ROWS_IN_ACCUMULATORS": False}
+        "KV_IN_REGISTERS": False, "DQ_BY_TURNS": False, "LONGEST_FIRST": False, "ROWS_IN_ACCUMULATORS": False,
+        "ROWS_IN_SHARED": False}
 _GLUON = {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True, "USE_TMA": True, "GLUON": True}
 
 STEPS = [
@@ -116,6 +117,17 @@ STEPS = [
          "the change slower there: the two rows must now be loaded before the products start.",
          {**_GLUON, "KV_IN_REGISTERS": True, "DQ_BY_TURNS": True, "LONGEST_FIRST": True,
           "ROWS_IN_ACCUMULATORS": True}),
+    Step("rows_in_shared", "The copy warp brings the rows", "Each Q block's base-2 logsumexp and D (64 floats "
+         "each) travel with Q and dO: the copy warp adds them to the same copies and barriers, into two small "
+         "ring slots of shared memory, and the computing warps read them there instead of loading them from "
+         "global memory themselves. Both head dims.",
+         "Not blind: written after a profile of step 12 and a probe of this step at N = 2K-16K. The profiler's "
+         "stall samples put many of the computing warps' waits on those two loads (an L2 round trip each, issued "
+         "just before the products that need them at head dim 128), so at head dim 128 a tenth or more faster, "
+         "with the mask and without. At head dim 64 the loads were issued after the products started, so about "
+         "level there.",
+         {**_GLUON, "KV_IN_REGISTERS": True, "DQ_BY_TURNS": True, "LONGEST_FIRST": True,
+          "ROWS_IN_ACCUMULATORS": True, "ROWS_IN_SHARED": True}),
 ]
 
 
@@ -431,7 +443,7 @@ def tile_changes(result: dict) -> str:
             base = step
     return "\n".join(lines) + ("\n\nA tile is written as query rows x keys, warps, pipeline stages. A step without "
                                "a dQ kernel (atomic adds) is compared on dK/dV only. The Gluon kernel (steps "
-                               "8-12) has fixed tiles and is not listed.")
+                               "8-13) has fixed tiles and is not listed.")
 
 
 def spills(result: dict) -> str:
@@ -460,7 +472,7 @@ def dq_table(result: dict) -> str:
              r["atomic_backward"], r["gluon_backward"], f"{r['atomic_backward'] / r['second_pass_backward']:.2f}×",
              f"{r['gluon_backward'] / r['second_pass_backward']:.2f}×"]
             for r in _rows(result, "dq")]
-    return render.table(["D", "causal", "N", "second pass", "atomic adds", "Gluon (step 12)", "atomic / second pass",
+    return render.table(["D", "causal", "N", "second pass", "atomic adds", "Gluon (step 13)", "atomic / second pass",
                          "Gluon / second pass"], body) + (
         "\n\nBackward TFLOP/s, fp16, timed in turns. The two Triton columns have every other switch as in step 6.")
 

@@ -1,4 +1,4 @@
-"""Chapter 11, steps 8-12: the Gluon backward (kernels/flash_attention_backward_hopper.py, as step 12 leaves it)
+"""Chapter 11, steps 8-13: the Gluon backward (kernels/flash_attention_backward_hopper.py, as step 13 leaves it)
 beside chapter 11's last Triton backward (step 6) and every SDPA backend, over chapter 10's grid, in one run.
 
 Each row times the backward alone, replayed from CUDA graphs in turns (chapter 7's timer). Our two kernels are
@@ -30,7 +30,7 @@ from book.bench.timing import gpu_ms_interleaved, tflops
 
 BUDGET_MS = 1500  # GPU time per row, over every implementation
 AGREEMENT = {"float16": 2e-3, "bfloat16": 1e-2}  # Gluon against Triton, relative, every head
-KERNELS = {"gluon": "Gluon (step 12)", "triton": "Triton (step 6)"}
+KERNELS = {"gluon": "Gluon (step 13)", "triton": "Triton (step 6)"}
 PRODUCTS_COUNTED = 5  # the FLOP convention: the backward is 2.5 forwards, five N x N x D products per tile
 PRODUCTS_RUN = {False: 7, True: 5}  # what the Triton kernels run: dQ by a second pass repeats two, atomic adds none
 
@@ -148,7 +148,7 @@ def checks(result: dict) -> str:
 BENCHMARK = Benchmark(
     name="backward_hopper",
     chapter="ch11",
-    title="Chapter 11, steps 8-12: the Gluon backward against the Triton one and every SDPA backend",
+    title="Chapter 11, steps 8-13: the Gluon backward against the Triton one and every SDPA backend",
     sources=["kernels/flash_attention_backward_hopper.py", "kernels/flash_attention_backward_fast.py",
              "kernels/flash_attention_fast.py", "kernels/flash_attention_hopper.py", "kernels/hopper_schedule.py",
              "book/bench/backward.py", "book/bench/backward_fast.py", "book/bench/backward_hopper.py"],
