@@ -58,21 +58,48 @@ def _attn_bwd_delta(O, DO, Delta, stride_ob, stride_oh, stride_om, stride_dob, s
 # --8<-- [start:probabilities]
 @triton.jit
 def _probabilities(q, k, lse2, offs_m, offs_n, qk_scale, causal_offset, N_CTX_Q, N_CTX_K,
-                   CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                   CAUSAL: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """One tile of P rebuilt from Q, K and the forward's logsumexp: P = 2^(S · qk_scale − lse2), in fp32.
 
-    Base-2 units, as in the forward: qk_scale = scale · log2(e) and lse2 = L · log2(e). Scores of keys out of
-    range, in a row's future (CAUSAL), or of rows that saw no key at all (lse2 = -inf) give P = 0.
+    Base-2 units, as in the forward: qk_scale = scale · log2(e) and lse2 = L · log2(e).
+    MASKED=False: the caller knows that every row of the tile sees every key of it: no mask work at all.
+    MASKED=True: scores of keys out of range, in a row's future (CAUSAL), or of rows that saw no key at all
+    (lse2 = -inf) give P = 0.
     """
-    qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-    visible = (offs_m[:, None] < N_CTX_Q) & (offs_n[None, :] < N_CTX_K) & (lse2[:, None] > float("-inf"))
-    if CAUSAL:
-        visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
-    return tl.where(visible, tl.math.exp2(qk * qk_scale - lse2[:, None]), 0.0)
+    p = tl.math.exp2(tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale - lse2[:, None])
+    if MASKED:
+        visible = (offs_m[:, None] < N_CTX_Q) & (offs_n[None, :] < N_CTX_K) & (lse2[:, None] > float("-inf"))
+        if CAUSAL:
+            visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+        p = tl.where(visible, p, 0.0)
+    return p
 # --8<-- [end:probabilities]
 
 
 # --8<-- [start:dkdv]
+@triton.jit
+def _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, stride_qm, stride_dom, offs_n, offs_d,
+                lo, hi, qk_scale, causal_offset, N_CTX_Q, N_CTX_K,
+                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+                DOT_PRECISION: tl.constexpr):
+    """Stream the Q blocks starting at lo, lo + BLOCK_M, ... (below hi) past this program's K and V, and add
+    each block's share to dK and dV. Rows past Nq load as 0 (Q, dO, L and D), so they add nothing."""
+    for start_m in range(lo, hi, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        q_mask = (offs_m[:, None] < N_CTX_Q) & (offs_d[None, :] < HEAD_DIM)
+        q = tl.load(q_ptrs + start_m * stride_qm, mask=q_mask, other=0.0)
+        do = tl.load(do_ptrs + start_m * stride_dom, mask=q_mask, other=0.0)
+        lse2 = tl.load(lse_ptrs + offs_m, mask=offs_m < N_CTX_Q, other=0.0) * 1.4426950408889634
+        delta = tl.load(delta_ptrs + offs_m, mask=offs_m < N_CTX_Q, other=0.0)
+        p = _probabilities(q, k, lse2, offs_m, offs_n, qk_scale, causal_offset, N_CTX_Q, N_CTX_K,
+                           CAUSAL, MASKED, DOT_PRECISION)
+        dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv, input_precision=DOT_PRECISION)  # dV += Pᵀ dO
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # dP = dO Vᵀ
+        ds = p * (dp - delta[:, None])  # dS = P ∘ (dP − D)
+        dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk, input_precision=DOT_PRECISION)  # dK += dSᵀ Q
+    return dk, dv
+
+
 @triton.jit
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, Lse, Delta, sm_scale, qk_scale,
                    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
@@ -96,30 +123,31 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, Lse, Delta, sm_scale, qk_scale,
                 mask=kv_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
+    # Pointers to the first Q block's rows of Q, dO, L and D; the loop adds start_m.
+    offs_m = tl.arange(0, BLOCK_M)
+    q_ptrs = Q + batch * stride_qb + head * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :]
+    do_ptrs = DO + batch * stride_dob + head * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :]
 
+    # Query i sees key j when j <= i + causal_offset: offset 0 is top-left, Nk - Nq is bottom-right.
     causal_offset = 0
     if BOTTOM_RIGHT:
         causal_offset = N_CTX_K - N_CTX_Q
     lo = 0
+    full_lo = 0
     if CAUSAL:
-        # Query i sees key j when j <= i + causal_offset: the first row that sees key start_n is
-        # start_n - causal_offset. Q blocks above it see none of these keys; skip them.
+        # The first row that sees key start_n is start_n - causal_offset: Q blocks above it see none of
+        # these keys, so skip them. From the first row that sees the block's last key on, every row sees
+        # every key: no mask there.
         lo = tl.maximum(start_n - causal_offset, 0) // BLOCK_M * BLOCK_M
-    for start_m in range(lo, N_CTX_Q, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)
-        q_mask = (offs_m[:, None] < N_CTX_Q) & (offs_d[None, :] < HEAD_DIM)
-        q = tl.load(Q + batch * stride_qb + head * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :],
-                    mask=q_mask, other=0.0)
-        do = tl.load(DO + batch * stride_dob + head * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :],
-                     mask=q_mask, other=0.0)
-        lse2 = tl.load(Lse + pid_bh * N_CTX_Q + offs_m, mask=offs_m < N_CTX_Q, other=0.0) * 1.4426950408889634
-        delta = tl.load(Delta + pid_bh * N_CTX_Q + offs_m, mask=offs_m < N_CTX_Q, other=0.0)
-        p = _probabilities(q, k, lse2, offs_m, offs_n, qk_scale, causal_offset, N_CTX_Q, N_CTX_K,
-                           CAUSAL, DOT_PRECISION)
-        dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv, input_precision=DOT_PRECISION)  # dV += Pᵀ dO
-        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # dP = dO Vᵀ
-        ds = p * (dp - delta[:, None])  # dS = P ∘ (dP − D)
-        dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk, input_precision=DOT_PRECISION)  # dK += dSᵀ Q
+        full_lo = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M
+    # A partial last key block holds keys past Nk: every one of its tiles needs the mask.
+    full_lo = tl.where(start_n + BLOCK_N > N_CTX_K, N_CTX_Q, tl.minimum(full_lo, N_CTX_Q))
+    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, Lse + pid_bh * N_CTX_Q, Delta + pid_bh * N_CTX_Q,
+                         stride_qm, stride_dom, offs_n, offs_d, lo, full_lo, qk_scale, causal_offset,
+                         N_CTX_Q, N_CTX_K, HEAD_DIM, BLOCK_M, CAUSAL, MASKED=True, DOT_PRECISION=DOT_PRECISION)
+    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, Lse + pid_bh * N_CTX_Q, Delta + pid_bh * N_CTX_Q,
+                         stride_qm, stride_dom, offs_n, offs_d, full_lo, N_CTX_Q, qk_scale, causal_offset,
+                         N_CTX_Q, N_CTX_K, HEAD_DIM, BLOCK_M, CAUSAL, MASKED=False, DOT_PRECISION=DOT_PRECISION)
     dk = dk * sm_scale
     tl.store(DK + batch * stride_dkb + head * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :],
              dk.to(DK.dtype.element_ty), mask=kv_mask)
@@ -129,6 +157,26 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, Lse, Delta, sm_scale, qk_scale,
 
 
 # --8<-- [start:dq]
+@triton.jit
+def _dq_tiles(dq, q, do, lse2, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_d,
+              lo, hi, qk_scale, causal_offset, N_CTX_Q, N_CTX_K,
+              HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+              DOT_PRECISION: tl.constexpr):
+    """Stream the K/V blocks starting at lo, lo + BLOCK_N, ... (below hi) past this program's Q block, and add
+    each block's share to dQ."""
+    for start_n in range(lo, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = (offs_n[:, None] < N_CTX_K) & (offs_d[None, :] < HEAD_DIM)
+        k = tl.load(k_ptrs + start_n * stride_kn, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptrs + start_n * stride_vn, mask=kv_mask, other=0.0)
+        p = _probabilities(q, k, lse2, offs_m, offs_n, qk_scale, causal_offset, N_CTX_Q, N_CTX_K,
+                           CAUSAL, MASKED, DOT_PRECISION)
+        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # dP = dO Vᵀ
+        ds = p * (dp - delta[:, None])  # dS = P ∘ (dP − D)
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)  # dQ += dS K
+    return dq
+
+
 @triton.jit
 def _attn_bwd_dq(Q, K, V, DO, DQ, Lse, Delta, sm_scale, qk_scale,
                  stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
@@ -153,27 +201,30 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, Lse, Delta, sm_scale, qk_scale,
     lse2 = tl.load(Lse + pid_bh * N_CTX_Q + offs_m, mask=offs_m < N_CTX_Q, other=0.0) * 1.4426950408889634
     delta = tl.load(Delta + pid_bh * N_CTX_Q + offs_m, mask=offs_m < N_CTX_Q, other=0.0)
     dq = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
+    # Pointers to the first K/V block; the loop adds start_n.
+    offs_n = tl.arange(0, BLOCK_N)
+    k_ptrs = K + batch * stride_kb + head * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :]
+    v_ptrs = V + batch * stride_vb + head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :]
 
+    # The forward's loop bounds (chapter 6): whole K/V blocks that every row sees need no mask; the
+    # diagonal and a partial last block do. Rows past Nq compute rows of dQ that are never stored.
     causal_offset = 0
     if BOTTOM_RIGHT:
         causal_offset = N_CTX_K - N_CTX_Q
-    hi = N_CTX_K
     if CAUSAL:
-        # The block's last row sees keys up to last_row + causal_offset; later K/V blocks are skipped.
+        full_hi = tl.minimum(start_m + causal_offset + 1, N_CTX_K)  # keys the first row sees
+        full_hi = tl.maximum(full_hi // BLOCK_N * BLOCK_N, 0)
         last_row = tl.minimum(start_m + BLOCK_M, N_CTX_Q) - 1
-        hi = tl.maximum(tl.minimum(last_row + causal_offset + 1, N_CTX_K), 0)
-    for start_n in range(0, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        kv_mask = (offs_n[:, None] < N_CTX_K) & (offs_d[None, :] < HEAD_DIM)
-        k = tl.load(K + batch * stride_kb + head * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :],
-                    mask=kv_mask, other=0.0)
-        v = tl.load(V + batch * stride_vb + head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :],
-                    mask=kv_mask, other=0.0)
-        p = _probabilities(q, k, lse2, offs_m, offs_n, qk_scale, causal_offset, N_CTX_Q, N_CTX_K,
-                           CAUSAL, DOT_PRECISION)
-        dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)  # dP = dO Vᵀ
-        ds = p * (dp - delta[:, None])  # dS = P ∘ (dP − D)
-        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)  # dQ += dS K
+        hi = tl.maximum(tl.minimum(last_row + causal_offset + 1, N_CTX_K), full_hi)  # keys the last row sees
+    else:
+        full_hi = N_CTX_K // BLOCK_N * BLOCK_N
+        hi = N_CTX_K
+    dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_d, 0, full_hi,
+                   qk_scale, causal_offset, N_CTX_Q, N_CTX_K, HEAD_DIM, BLOCK_N, CAUSAL, MASKED=False,
+                   DOT_PRECISION=DOT_PRECISION)
+    dq = _dq_tiles(dq, q, do, lse2, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_d, full_hi, hi,
+                   qk_scale, causal_offset, N_CTX_Q, N_CTX_K, HEAD_DIM, BLOCK_N, CAUSAL, MASKED=True,
+                   DOT_PRECISION=DOT_PRECISION)
     dq = dq * sm_scale
     tl.store(DQ + batch * stride_dqb + head * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :],
              dq.to(DQ.dtype.element_ty), mask=q_mask)

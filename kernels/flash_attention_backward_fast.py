@@ -7,7 +7,8 @@ compile-time switch, so the benchmark times every step of the worklog from this 
 - TRANSPOSED: the dK/dV kernel computes Sᵀ = K Qᵀ, with keys as rows. Pᵀ and dSᵀ, the first operands of the
   dV and dK products, then come out of the tensor cores in the layout those products take, and no tile is
   transposed in registers.
-- SPLIT_DIAGONAL: causal attention masks only the tiles on the diagonal (chapter 6, seen from both kernels).
+- SPLIT_DIAGONAL: causal attention masks only the tiles on the diagonal (chapter 10's split); the worklog turns it
+  off once, in step 4, to measure what it is worth.
 - ATOMIC_DQ: the dK/dV kernel also computes each tile's share of dQ and adds it into an fp32 buffer with
   atomic adds, so the second kernel, and the two products per tile it repeats, go away.
 - USE_TMA: tiles of Q, K, V, dO, dK and dV move through tensor descriptors (Hopper's copy engine).

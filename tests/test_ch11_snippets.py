@@ -14,7 +14,7 @@ def test_tile_costs_count_products_and_atomic_bytes():
 def test_every_step_computes_the_same_gradients():
     stored, fresh = snippets.check("snippets/ch11/every_step.py")
     assert fresh == stored
-    assert fresh.count("below 1e-3") == 6  # every switch off, then steps 3 to 7
+    assert fresh.count("below 1e-3") == 6  # steps 1 and 2, then steps 3 to 7
 
 
 def test_shared_traffic_counts_bytes_per_block_against_tensor_time():

@@ -84,6 +84,18 @@ def test_gradients_match_float64_autograd(b, h, n_q, n_k, d, causal, alignment, 
         assert torch.all(dq[:, :, : n_q - n_k] == 0), "rows that see no key must get zero gradients"
 
 
+# The interpreter computes 2^x before the mask selects 0, and numpy warns of the overflow it then discards.
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp2:RuntimeWarning")
+@pytest.mark.parametrize("causal", [False, True])
+def test_keys_past_the_end_get_the_mask_when_every_score_is_far_below_zero(causal, device):
+    """Scores near -100 give L near -100. A key past Nk loads as 0, so its score is 0 and, without the mask,
+    its P would be e^100, which is inf in fp32: dQ would turn NaN. The partial last key block must stay
+    masked in both kernels."""
+    q, k, v, do = inputs(1, 1, 20, 21, 16, torch.float32, device, seed=4)
+    dq, _, _ = check(q + 5.0, k - 5.0, v, do, causal)
+    assert torch.isfinite(dq).all()
+
+
 def test_non_contiguous_inputs_and_a_custom_scale(device):
     # (B, N, H, D) memory viewed as (B, H, N, D): strides jump, head_dim stays unit-stride.
     generator = torch.Generator().manual_seed(1)

@@ -42,24 +42,26 @@ _GLUON = {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True, "USE_TMA": True, "
 
 STEPS = [
     Step("readable", "Chapter 10's kernels", "The readable backward as chapter 10 ships it: masks on every load, "
-         "the head dim padded to a power of two, 64 x 64 tiles, every causal tile masked.", "The starting point."),
+         "the head dim padded to a power of two, 64 x 64 tiles, the causal mask only on the tiles that cross the "
+         "diagonal.", "The starting point."),
     Step("specialize", "Specialize the shapes", "The same three kernels for head dim 64 or 128 and lengths that "
          "are a multiple of 128 only: no load needs a mask, D and the base-2 logsumexp are computed once per row "
-         "in the first kernel; chapter 10's tiles.",
+         "in the first kernel; chapter 10's tiles and its split of the causal loops.",
          "A few percent at most: the masks cost a compare and a select per element loaded, next to five "
-         "matrix products per tile.", dict(_OFF), pinned=(64, 64, 4, 2)),
+         "matrix products per tile.", {**_OFF, "SPLIT_DIAGONAL": True}, pinned=(64, 64, 4, 2)),
     Step("autotune", "Autotune tiles, warps, stages", "Let Triton time four tile shapes, warp counts and "
          "pipeline depths per kernel, up to 128 keys per dK/dV program (with 8 warps at head dim 128).",
          "10-25%: with 128 keys per program each Q and dO tile loaded serves twice as many keys, and 8 warps "
-         "give the tensor cores two warpgroups of work.", dict(_OFF)),
+         "give the tensor cores two warpgroups of work.", {**_OFF, "SPLIT_DIAGONAL": True}),
     Step("transposed", "Keys as rows in the dK/dV kernel", "Compute Sᵀ = K Qᵀ and dPᵀ = V dOᵀ, so that Pᵀ and "
          "dSᵀ come out of the tensor cores in the layout of the first operand of dV += Pᵀ dO and dK += dSᵀ Q.",
          "5-15%: two transposes of a register tile per step, each a round trip through shared memory, go away; "
-         "the dK/dV kernel is the larger of the two.", {**_OFF, "TRANSPOSED": True}),
-    Step("split", "Mask only the diagonal (causal)", "Causal only: each kernel runs the blocks on the diagonal "
-         "with the mask and the rest without, as chapter 6 did for the forward.",
-         "Causal 5-15% faster (the mask is a compare and a select on every score of every tile today); "
-         "non-causal unchanged.", {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True}),
+         "the dK/dV kernel is the larger of the two.", {**_OFF, "TRANSPOSED": True, "SPLIT_DIAGONAL": True}),
+    Step("nosplit", "Without chapter 10's split (ablation)", "Causal only: turn the split off again in step 3's "
+         "kernels, so every tile the causal loops visit gets the element-wise mask, to measure what chapter 10's "
+         "split is worth here.",
+         "Written after the same change was measured the other way round (as a step that added the split to these "
+         "kernels): causal 0-10% slower; non-causal unchanged.", {**_OFF, "TRANSPOSED": True}, kept=False),
     Step("atomic", "dQ by atomic adds", "Drop the second kernel: the dK/dV kernel also computes each tile's share "
          "of dQ (dS K) and adds it into an fp32 buffer with atomic adds; a small kernel scales and rounds it.",
          "Five products per tile instead of seven, so up to 1.3x if the adds were free. They are not: every tile "
