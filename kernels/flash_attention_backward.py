@@ -18,9 +18,10 @@ first kernel computes it for every row. Then two kernels share the work (FlashAt
 Every program owns the rows it writes, so no two programs add into the same output: no atomics, and the
 result does not depend on the order in which programs run. The price is computing each P tile twice.
 
-Causal attention skips the tiles no row of the block sees, as in the forward pass; every tile gets the
-element-wise mask here (a later, faster kernel splits off the diagonal). Rows that see no key (bottom-right
-alignment with Nq > Nk) have L = -inf: their P is 0 and their gradients are 0, never NaN.
+Causal attention sorts the tiles as the forward pass does (chapter 6): tiles no row of the block sees are
+skipped, tiles every row sees whole run without a mask, and only the tiles on the diagonal and those of a
+partial last block of keys get the element-wise mask. Rows that see no key (bottom-right alignment with Nq > Nk)
+have L = -inf: their P is 0 and their gradients are 0, never NaN.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, stride_qm, 
                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
                 DOT_PRECISION: tl.constexpr):
     """Stream the Q blocks starting at lo, lo + BLOCK_M, ... (below hi) past this program's K and V, and add
-    each block's share to dK and dV. Rows past Nq load as 0 (Q, dO, L and D), so they add nothing."""
+    each block's share to dK and dV. Rows past Nq load as 0 (Q, dO, L and D): their dO and dS are 0."""
     for start_m in range(lo, hi, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         q_mask = (offs_m[:, None] < N_CTX_Q) & (offs_d[None, :] < HEAD_DIM)
@@ -123,7 +124,7 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, Lse, Delta, sm_scale, qk_scale,
                 mask=kv_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
-    # Pointers to the first Q block's rows of Q, dO, L and D; the loop adds start_m.
+    # Pointers to the first Q block of Q and of dO; the loop adds start_m.
     offs_m = tl.arange(0, BLOCK_M)
     q_ptrs = Q + batch * stride_qb + head * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :]
     do_ptrs = DO + batch * stride_dob + head * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :]
