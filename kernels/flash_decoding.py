@@ -37,8 +37,9 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_QUERIES = 16  # new queries per sequence: one token, or a few with speculative decoding
 MAX_ROWS = 128  # query heads per KV head x new queries: the rows of one program's tile
 MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
-BLOCK_N = 128  # keys per tile: 128 beat 64 on the H200 at long caches (chapter 12's tiles table)
-NUM_WARPS, NUM_STAGES = 4, 3  # one warpgroup; three tiles of K and V in flight
+# (keys per tile, pipeline stages), the most bytes of K and V in flight per program first (chapter 12's tiles table)
+TILES = ((128, 3), (64, 3), (64, 2))
+NUM_WARPS = 4  # one warpgroup
 MAX_SPLITS = 128
 
 
@@ -140,7 +141,7 @@ def _decode_merge(OPart, LsePart, Out, Lse, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD
 
 
 # --8<-- [start:splits]
-def choose_splits(batch: int, kv_heads: int, capacity: int, sm_count: int, block_n: int = BLOCK_N,
+def choose_splits(batch: int, kv_heads: int, capacity: int, sm_count: int, block_n: int = TILES[0][0],
                   programs_per_sm: int = 1) -> int:
     """How many splits: the fewest whose programs fill the GPU's waves (chapter 8) within 5% of the best that any
     count reaches, with no split shorter than one tile."""
@@ -156,14 +157,46 @@ def choose_splits(batch: int, kv_heads: int, capacity: int, sm_count: int, block
 # --8<-- [end:splits]
 
 
-def _slots(q: torch.Tensor, block_n: int) -> tuple[int, int]:
-    """The SM count, and how many split programs fit on one SM at once: by shared memory, where each program keeps
-    NUM_STAGES tiles of K and of V (an estimate; the compiler adds a little)."""
-    if not q.is_cuda:
-        return 2, 1  # the CPU interpreter: a stand-in GPU of two SMs
-    props = torch.cuda.get_device_properties(q.device)
-    per_program = NUM_STAGES * 2 * block_n * max(triton.next_power_of_2(q.shape[-1]), 16) * q.element_size()
-    return props.multi_processor_count, max(1, props.shared_memory_per_multiprocessor // per_program)
+# --8<-- [start:tiles]
+def programs_per_sm(block_n: int, num_stages: int, rows: int, head_dim_pad: int, element_size: int,
+                    shared_per_sm: int) -> int:
+    """How many split programs fit on one SM at once, by shared memory (an estimate). Triton's pipeline keeps
+    num_stages - 1 tiles of K and of V there, loaded while the current tile is used, and the compiler stages the
+    query tile and the probability tile there for the two dots; the GPU reserves 1 KiB per program."""
+    pipeline = max(num_stages - 1, 1) * 2 * block_n * head_dim_pad
+    per_program = (pipeline + rows * (head_dim_pad + block_n)) * element_size
+    return max(1, shared_per_sm // (per_program + 1024))
+
+
+def choose_tile(programs: int, sm_count: int, per_sm: list[int]) -> int:
+    """Which tile (an index into per_sm, the programs per SM of each) runs the grid in the fewest waves; on a tie
+    the first, the one with the most bytes in flight per program."""
+    waves = [math.ceil(programs / (sm_count * n)) for n in per_sm]
+    return waves.index(min(waves))
+# --8<-- [end:tiles]
+
+
+def _rows(group_rows: int) -> int:
+    """The rows of one program's tile: the group's query heads x new queries, padded for tl.dot."""
+    return max(triton.next_power_of_2(group_rows), 16)
+
+
+def plan(q: torch.Tensor, kv_heads: int, capacity: int, page_size: int = 0, num_splits: int | None = None,
+         block_n: int | None = None, num_stages: int | None = None) -> tuple[int, int, int]:
+    """The split count, keys per tile and pipeline stages for these shapes: the splits by choose_splits with the first
+    tile of TILES, then the tile by choose_tile; an argument that is given is kept. A page caps the tile."""
+    tiles = [(min(block_n or n, page_size or 256), num_stages or s) for n, s in TILES]  # a tile stays in one page
+    if q.is_cuda:
+        props = torch.cuda.get_device_properties(q.device)
+        sm_count, shared = props.multi_processor_count, props.shared_memory_per_multiprocessor
+    else:
+        sm_count, shared = 2, 0  # the CPU interpreter: a stand-in GPU of two SMs, one program each
+    rows, head_dim_pad = _rows(q.shape[1] // kv_heads * q.shape[2]), max(triton.next_power_of_2(q.shape[-1]), 16)
+    per_sm = [programs_per_sm(n, s, rows, head_dim_pad, q.element_size(), shared) for n, s in tiles]
+    if num_splits is None:
+        num_splits = choose_splits(q.shape[0], kv_heads, capacity, sm_count, tiles[0][0], per_sm[0])
+    block_n, num_stages = tiles[choose_tile(q.shape[0] * kv_heads * num_splits, sm_count, per_sm)]
+    return num_splits, block_n, num_stages
 
 
 def validate_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor,
@@ -215,14 +248,16 @@ def validate_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
 # --8<-- [start:wrapper]
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor, *,
            block_table: torch.Tensor | None = None, sm_scale: float | None = None, num_splits: int | None = None,
-           block_n: int = BLOCK_N, return_lse: bool = False, check_lengths: bool = True):
+           block_n: int | None = None, num_stages: int | None = None, return_lse: bool = False,
+           check_lengths: bool = True):
     """softmax(q kᵀ · sm_scale) v for the new queries q (batch, query heads, 1..16, head_dim) against a KV cache
     (batch, KV heads, capacity, head_dim), of which sequence b uses the first cache_lens[b] positions.
 
     The new tokens' keys and values are already in the cache, and cache_lens counts them: query t of sequence b
     sits at position cache_lens[b] - Nq + t and sees keys 0 .. that position (bottom-right alignment). Returns
     the output (like q), and with return_lse its natural-log logsumexp (batch, query heads, Nq) in fp32; rows
-    that see no key give 0 and -inf. block_n is the keys per tile (a power of two, 16 to 256).
+    that see no key give 0 and -inf. block_n (keys per tile, a power of two from 16 to 256), num_stages (tiles of K
+    and V in the pipeline) and num_splits are chosen for the shapes (plan) unless given.
 
     Paged cache: with a block_table (batch, pages per sequence), k_cache and v_cache are pools of pages
     (pages, KV heads, page_size, head_dim), and sequence b's keys i live in page block_table[b, i // page_size]
@@ -251,18 +286,16 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_
     if kernels.interpreting() and q.dtype == torch.bfloat16:
         # Triton's CPU interpreter computes tl.dot on bf16 operands wrongly (chapter 5): upcast there only.
         out, lse = decode(q.float(), k_cache.float(), v_cache.float(), cache_lens, block_table=block_table,
-                          sm_scale=sm_scale, num_splits=num_splits, block_n=block_n, return_lse=True,
-                          check_lengths=False)
+                          sm_scale=sm_scale, num_splits=num_splits, block_n=block_n, num_stages=num_stages,
+                          return_lse=True, check_lengths=False)
         return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
-    if not (isinstance(block_n, int) and 16 <= block_n <= 256 and block_n & (block_n - 1) == 0):
+    if block_n is not None and not (isinstance(block_n, int) and 16 <= block_n <= 256 and block_n & (block_n - 1) == 0):
         raise ValueError(f"block_n must be a power of two from 16 to 256, got {block_n!r}")
-    if page_size:
-        block_n = min(block_n, page_size)  # a tile never straddles two pages
-    if num_splits is None:
-        sm_count, programs_per_sm = _slots(q, block_n)
-        num_splits = choose_splits(batch, kv_heads, capacity, sm_count, block_n, programs_per_sm)
-    if not (isinstance(num_splits, int) and num_splits >= 1):
+    if num_stages is not None and not (isinstance(num_stages, int) and num_stages >= 1):
+        raise ValueError(f"num_stages must be a positive integer, got {num_stages!r}")
+    if num_splits is not None and not (isinstance(num_splits, int) and num_splits >= 1):
         raise ValueError(f"num_splits must be a positive integer, got {num_splits!r}")
+    num_splits, block_n, num_stages = plan(q, kv_heads, capacity, page_size, num_splits, block_n, num_stages)
     group = q_heads // kv_heads
     head_dim_pad = max(triton.next_power_of_2(head_dim), 16)
     rows = batch * q_heads * n_q
@@ -282,9 +315,9 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_
         q, k_cache, v_cache, lens, table, o_part, lse_part, out, lse, sm_scale * LOG2_E,
         *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], table.stride(0), n_q, kv_heads, split_keys,
         capacity,
-        GROUP=group, ROWS=max(triton.next_power_of_2(group * n_q), 16), HEAD_DIM=head_dim,
+        GROUP=group, ROWS=_rows(group * n_q), HEAD_DIM=head_dim,
         HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=num_splits, BLOCK_N=block_n, PAGE_SIZE=page_size,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=NUM_WARPS, num_stages=num_stages)
     if num_splits > 1:
         _decode_merge[(rows,)](o_part, lse_part, out, lse, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
                                NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits))

@@ -23,7 +23,11 @@ RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 3.0e12,
                    *({"kind": "splits", "context": c, "splits": s, "us": 100.0 / s, "share": s / 100}
                      for c in bench.SPLIT_CONTEXTS for s in bench.SPLIT_COUNTS),
                    *({"kind": "tiles", "batch": 8, "context": 131072, "q_heads": 32, "kv_heads": 32, "block_n": n,
-                      "us": 4000.0 + n, "share": 0.9} for n in bench.TILE_SIZES),
+                      "stages": s, "splits": 1, "programs": 256, "chosen": (n, s) == (64, 3), "us": 4000.0 + n + s,
+                      "share": 0.9} for n, s in ((128, 3), (64, 3), (64, 2))),
+                   *({"kind": "tile_memory", "block_n": n, "stages": s, "shared_bytes": b, "shared_per_sm": 233472,
+                      "programs_per_sm": p, "estimate": p or 5}
+                     for n, s, b, p in ((128, 3, 139264, 1), (64, 3, 71680, 3), (64, 2, None, None))),
                    *({"kind": "paged", "batch": 1, "context": 131072, "q_heads": 32, "kv_heads": 8, "pages": name,
                       "us": 150.0, "share": 0.84} for name in ["contiguous", *map(str, bench.PAGE_SIZES)])]}
 
@@ -40,19 +44,20 @@ def test_targets_end_with_the_gaps_sentence():
 
 
 def test_paged_table_gives_the_split_count_where_recorded():
-    rows = [r | {"splits": 16} if r["kind"] == "paged" else r for r in RESULT["rows"]]
-    assert "| 150.0 (84%), 16 |" in bench.paged_table({"rows": rows})
+    rows = [r | {"splits": 16, "block_n": 64, "stages": 2} if r["kind"] == "paged" else r for r in RESULT["rows"]]
+    assert "| 150.0 (84%), 16 splits, 64/2 |" in bench.paged_table({"rows": rows})
     assert "| 150.0 (84%) |" in bench.paged_table(RESULT)
 
 
-def test_split_count_is_the_wrappers(device):
+def test_plan_is_the_wrappers(device):
     import torch
 
     from kernels import flash_decoding
 
     q = torch.zeros(8, 32, 1, 128, device=device, dtype=torch.float16)
-    sm_count, per_sm = flash_decoding._slots(q, 16)
-    assert bench._splits(q, 8, 4096, page_size=16) == flash_decoding.choose_splits(8, 8, 4096, sm_count, 16, per_sm)
+    splits, block_n, stages = flash_decoding.plan(q, 8, 4096, page_size=16)
+    assert bench._plan(q, 8, 4096, page_size=16) == {"splits": splits, "block_n": block_n, "stages": stages}
+    assert block_n == 16  # pages of 16 keys cap the tile
 
 
 def test_gaps_count_rows_below_the_fastest_backend_per_cache_length():
@@ -76,7 +81,11 @@ def test_splits_table_has_one_line_per_split_count():
 
 
 def test_tiles_table_and_copy_sentence():
-    assert "| 8 | 131,072 | 32/32 | 4064.0 (90%) | 4128.0 (90%) |" in bench.tiles_table(RESULT)
+    row = "| 8 | 131,072 | 32/32 | 1 | 256 | 4131.0 (90%) | **4067.0 (90%)** | 4066.0 (90%) |"
+    assert row in bench.tiles_table(RESULT)
+    sentence = bench.tile_memory_sentence(RESULT)
+    assert "of the 228 KiB of one SM: 128 keys and 3 stages 136 KiB, 1 per SM (estimate: 1)" in sentence
+    assert "64 keys and 2 stages not read (estimate: 5)" in sentence
     text = bench.copy_sentence(RESULT)
     assert "a copy captured in a CUDA graph 2,000 GB/s" in text and "element-wise kernel in a graph 3,000" in text
 

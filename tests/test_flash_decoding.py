@@ -107,10 +107,10 @@ def test_odd_head_dim_custom_scale_and_strided_queries(device):
     check(q, k, v, torch.tensor([50], device=device), num_splits=2, sm_scale=0.3)
 
 
-@pytest.mark.parametrize("block_n", [16, 64])  # the default (128) runs in every other test
-def test_every_tile_size_matches_float64(block_n, device):
+@pytest.mark.parametrize(("block_n", "num_stages"), [(16, 3), (64, 2)])  # the interpreter's plan: 128 keys, 3 stages
+def test_every_tile_size_matches_float64(block_n, num_stages, device):
     q, k, v = make(2, 8, 2, 2, 150, 32, torch.float32, device, seed=block_n)
-    check(q, k, v, torch.tensor([150, 40], device=device), num_splits=3, block_n=block_n)
+    check(q, k, v, torch.tensor([150, 40], device=device), num_splits=3, block_n=block_n, num_stages=num_stages)
 
 
 @pytest.mark.parametrize(("page_size", "block_n", "num_splits"), [(16, 16, 1), (16, 128, 3), (32, 16, 4), (64, 32, 2)])
@@ -144,6 +144,33 @@ def test_choose_splits_fills_whole_waves_with_no_split_under_a_tile():
     assert fd.choose_splits(batch=1, kv_heads=8, capacity=100, sm_count=132) == 1  # no split under a tile
 
 
+def test_choose_tile_runs_the_grid_in_the_fewest_waves():
+    per_sm = [1, 3, 5]  # 128 keys and 3 stages, 64 and 3, 64 and 2, at head dim 128 in fp16 (the tiles table)
+    assert fd.choose_tile(128, 132, per_sm) == 0  # one wave whatever the tile: the most bytes in flight wins
+    assert fd.choose_tile(256, 132, per_sm) == 1  # two waves of one program per SM, or one of up to three
+    assert fd.choose_tile(512, 132, per_sm) == 2  # 4, 2 or 1 waves
+    assert fd.choose_tile(2048, 132, per_sm) == 2  # 16, 6 or 4 waves
+
+
+def test_programs_per_sm_counts_the_pipeline_and_the_staged_tiles():
+    shared = 228 * 1024  # one H200 SM
+    # Head dim 128, fp16, 16 rows: (2 x 2 x 128 x 128 + 16 x 256) x 2 bytes = 136 KiB, the compiled kernel's size
+    assert fd.programs_per_sm(128, 3, 16, 128, 2, shared) == 1
+    assert fd.programs_per_sm(64, 3, 16, 128, 2, shared) == 3  # 70 KiB
+    assert fd.programs_per_sm(64, 2, 16, 128, 2, shared) == 5  # 38 KiB
+    assert fd.programs_per_sm(64, 2, 16, 128, 4, shared) == 2  # fp32: twice the bytes
+    assert fd.programs_per_sm(128, 3, 16, 128, 2, 0) == 1  # at least one, always
+
+
+def test_plan_keeps_what_is_given_and_caps_the_tile_at_the_page():
+    q = torch.zeros(1, 8, 1, 32)  # on the CPU: a stand-in GPU of two SMs with one program each
+    assert fd.plan(q, 2, 1024) == (1, 128, 3)  # 2 programs fill both SMs
+    assert fd.plan(q, 2, 1024, num_splits=5) == (5, 128, 3)
+    assert fd.plan(q, 2, 1024, page_size=16) == (1, 16, 3)
+    assert fd.plan(q, 2, 1024, block_n=32, num_stages=2) == (1, 32, 2)
+    assert fd.plan(q, 2, 1024, page_size=16, block_n=64) == (1, 16, 3)
+
+
 @pytest.mark.parametrize(("change", "error", "message"), [
     (lambda a: {**a, "k": a["k"][:, [0, 1, 1]], "v": a["v"][:, [0, 1, 1]]}, ValueError,
      r"query heads \(8\) must be a multiple of the KV heads \(3\)"),
@@ -155,6 +182,8 @@ def test_choose_splits_fills_whole_waves_with_no_split_under_a_tile():
     (lambda a: {**a, "lens": a["lens"] + 1}, ValueError, r"between 0 and the cache's capacity 20, got 6 to 21"),
     (lambda a: {**a, "q": a["q"].repeat(1, 4, 16, 1)}, ValueError, "16 query heads per KV head x 16 new queries"),
     (lambda a: {**a, "block_n": 96}, ValueError, "block_n must be a power of two from 16 to 256, got 96"),
+    (lambda a: {**a, "num_stages": 0}, ValueError, "num_stages must be a positive integer, got 0"),
+    (lambda a: {**a, "num_splits": 0}, ValueError, "num_splits must be a positive integer, got 0"),
     (lambda a: {**a, "k": a["k"][:, :, :12], "v": a["v"][:, :, :12], "table": a["lens"][:, None]}, ValueError,
      "power-of-two page_size of at least 16"),
     (lambda a: {**a, "k": a["k"][:, :, :16], "v": a["v"][:, :, :16], "table": a["lens"][:, None].float()},
@@ -164,11 +193,12 @@ def test_choose_splits_fills_whole_waves_with_no_split_under_a_tile():
 ])
 def test_bad_input_gets_a_clear_error(change, error, message, device):
     q, k, v = make(2, 8, 2, 1, 20, 32, torch.float32, device)
-    args = change({"q": q, "k": k, "v": v, "lens": torch.tensor([20, 5], device=device), "block_n": fd.BLOCK_N,
-                   "table": None})
+    args = change({"q": q, "k": k, "v": v, "lens": torch.tensor([20, 5], device=device), "block_n": None,
+                   "num_stages": None, "num_splits": None, "table": None})
     table = None if args["table"] is None else args["table"].to(device)
     with pytest.raises(error, match=message):
-        fd.decode(args["q"], args["k"], args["v"], args["lens"], block_table=table, block_n=args["block_n"])
+        fd.decode(args["q"], args["k"], args["v"], args["lens"], block_table=table, block_n=args["block_n"],
+                  num_stages=args["num_stages"], num_splits=args["num_splits"])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -192,3 +222,30 @@ def test_gpu_decode(dtype, q_heads, kv_heads, n_q, num_splits):
     q, k, v = make(4, q_heads, kv_heads, n_q, 4097, 128, dtype, "cuda", seed=q_heads + n_q)
     torch.full((1 << 26,), float("nan"), device="cuda")  # poisons the outputs and the partial states alike
     check(q, k, v, torch.tensor([4097, 7, 1, 0], device="cuda"), num_splits=num_splits)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("block_n", "num_stages"), fd.TILES)
+def test_gpu_every_tile(dtype, block_n, num_stages):
+    q, k, v = make(3, 32, 8, 2, 4097, 128, dtype, "cuda", seed=block_n + num_stages)
+    torch.full((1 << 26,), float("nan"), device="cuda")
+    check(q, k, v, torch.tensor([4097, 130, 1], device="cuda"), num_splits=3, block_n=block_n, num_stages=num_stages)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize(("block_n", "num_stages"), [*fd.TILES, (16, 3), (32, 2)])
+def test_gpu_programs_per_sm_estimate_matches_the_compiled_kernel(dtype, head_dim, block_n, num_stages):
+    # One query per sequence in groups of 4: 16 rows, as in every shape of the decode benchmark
+    from book.bench.decode import compiled_shared_bytes
+
+    q, k, v = make(1, 32, 8, 1, 512, head_dim, dtype, "cuda")
+    lens = torch.tensor([512], device="cuda")
+    shared = compiled_shared_bytes(lambda: fd.decode(q, k, v, lens, num_splits=2, block_n=block_n,
+                                                     num_stages=num_stages))
+    if shared is None:
+        pytest.skip("this Triton keeps its compiled kernels where compiled_shared_bytes does not look")
+    per_sm = torch.cuda.get_device_properties(0).shared_memory_per_multiprocessor
+    assert fd.programs_per_sm(block_n, num_stages, 16, head_dim, 2, per_sm) == max(1, per_sm // (shared + 1024))

@@ -8,8 +8,11 @@ the math backend in float32, then all are timed from CUDA graphs in turns (chapt
 also timed with plain calls (CPU launch cost included). It runs with check_lengths=False: its host-side check of
 the lengths cannot be captured in a graph. The limit: bytes of K and V over the copy bandwidth measured in the same
 run (a copy's read and write bytes over its time; the fastest of three ways).
-Rows of kind "splits": the book's kernel at batch 1 with every split count from 1 to 64, at three cache lengths.
-Rows of kind "tiles": the book's kernel with each tile size in TILE_SIZES at a few shapes, timed in turns.
+Rows of kind "splits": the book's kernel at batch 1 with every split count from 1 to 64, at three cache lengths, with
+the first tile of TILES.
+Rows of kind "tiles": the book's kernel with each tile of TILES (keys per tile, pipeline stages) at a few shapes and the
+wrapper's split count, timed in turns; rows of kind "tile_memory": the shared memory each tile's compiled split
+kernel uses, beside the wrapper's estimate.
 Rows of kind "paged": the book's kernel on a contiguous cache and on the same cache in shuffled pages of each size
 in PAGE_SIZES, timed in turns.
 """
@@ -31,8 +34,9 @@ MAX_KV_BYTES = 40 * 2**30  # K and V together: larger shapes are left out (64 se
 MAX_NAIVE_BYTES = 2 * 2 * 2**31
 SPLIT_COUNTS = [1, 2, 4, 8, 16, 32, 64]
 SPLIT_CONTEXTS = [1024, 8192, 131072]  # a 1K cache has 8 tiles of 128 keys: its splits past 8 hold no key
-TILE_SIZES = [64, 128]  # keys per tile: chapter 12's first run used 64, a probe then chose 128
-TILE_SHAPES = [(1, 8192, (32, 8)), (8, 131072, (32, 32)), (64, 8192, (32, 8)), (64, 32768, (64, 8))]
+# Grids of 128, 256, 512 and 2,048 split programs on the H200's 132 SMs, with short and long caches
+TILE_SHAPES = [(1, 131072, (32, 32)), (8, 1024, (32, 32)), (8, 131072, (32, 32)), (64, 1024, (32, 8)),
+               (64, 32768, (32, 8)), (64, 8192, (32, 32))]
 PAGE_SIZES = [16, 64, 128]  # keys per page; a tile never straddles two pages, so pages of 16 mean tiles of 16
 PAGED_SHAPES = [(1, 131072, (32, 8)), (8, 32768, (32, 8)), (64, 8192, (32, 8))]
 COPY_BYTES = 2 * 2**30
@@ -86,14 +90,28 @@ def _implementations(q, k, v, group: int, naive: bool) -> dict:
     return fns | {name: sdpa(backend) for name, backend in SDPA_BACKENDS.items()}
 
 
-def _splits(q, kv_heads: int, capacity: int, page_size: int = 0) -> int:
-    """The split count the wrapper picks for these shapes (kernels/flash_decoding.py: choose_splits), with a
-    contiguous cache (page_size 0) or pages of page_size keys, which cap the tile."""
+def _plan(q, kv_heads: int, capacity: int, page_size: int = 0) -> dict:
+    """The split count, keys per tile and pipeline stages the wrapper picks for these shapes (kernels/flash_decoding.py:
+    plan), with a contiguous cache (page_size 0) or pages of page_size keys, which cap the tile."""
     from kernels import flash_decoding
 
-    block_n = min(flash_decoding.BLOCK_N, page_size) if page_size else flash_decoding.BLOCK_N
-    sm_count, programs_per_sm = flash_decoding._slots(q, block_n)
-    return flash_decoding.choose_splits(q.shape[0], kv_heads, capacity, sm_count, block_n, programs_per_sm)
+    splits, block_n, stages = flash_decoding.plan(q, kv_heads, capacity, page_size)
+    return {"splits": splits, "block_n": block_n, "stages": stages}
+
+
+def compiled_shared_bytes(fn) -> int | None:
+    """Shared memory per program of the split kernel that fn compiles, read from Triton's cache of compiled kernels
+    (emptied first); None where this Triton keeps that cache differently."""
+    from kernels import flash_decoding
+
+    kernel = flash_decoding._decode_split
+    try:
+        kernel.device_caches.clear()
+        fn()
+        compiled = [k for cache in kernel.device_caches.values() for k in cache[0].values()]
+        return max(k.metadata.shared for k in compiled)
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
 
 
 def _decode_row(dtype_name: str, batch: int, context: int, heads: tuple[int, int], bandwidth: float,
@@ -112,7 +130,7 @@ def _decode_row(dtype_name: str, batch: int, context: int, heads: tuple[int, int
     fns = {}
     row = {"kind": "decode", "dtype": dtype_name, "batch": batch, "context": context, "q_heads": q_heads,
            "kv_heads": kv_heads, "kv_bytes": kv_bytes, "limit_us": kv_bytes / bandwidth * 1e6,
-           "ours_splits": _splits(q, kv_heads, context)}
+           **{f"ours_{key}": value for key, value in _plan(q, kv_heads, context).items()}}
     naive = kv_bytes * q_heads // kv_heads <= MAX_NAIVE_BYTES
     for name, fn in _implementations(q, k, v, q_heads // kv_heads, naive).items():
         try:
@@ -146,9 +164,9 @@ def _splits_rows(bandwidth: float, progress: Progress) -> list[dict]:
         q = torch.randn(1, 32, 1, HEAD_DIM, device="cuda", dtype=torch.float16)
         k, v = (torch.randn(1, 8, context, HEAD_DIM, device="cuda", dtype=torch.float16) for _ in range(2))
         lens = torch.full((1,), context, device="cuda", dtype=torch.int32)
-        fns = {s: (lambda s=s, q=q, k=k, v=v, lens=lens: flash_decoding.decode(q, k, v, lens, num_splits=s,
-                                                                                      check_lengths=False))
-               for s in SPLIT_COUNTS}
+        block_n, stages = flash_decoding.TILES[0]
+        fns = {s: (lambda s=s, q=q, k=k, v=v, lens=lens, n=block_n, stages=stages: flash_decoding.decode(
+            q, k, v, lens, num_splits=s, block_n=n, num_stages=stages, check_lengths=False)) for s in SPLIT_COUNTS}
         for fn in fns.values():
             fn()
         times = gpu_ms_interleaved({str(s): fn for s, fn in fns.items()})
@@ -172,20 +190,45 @@ def _tiles_rows(bandwidth: float, progress: Progress) -> list[dict]:
         q = torch.randn(batch, q_heads, 1, HEAD_DIM, device="cuda", dtype=torch.float16)
         k, v = (torch.randn(batch, kv_heads, context, HEAD_DIM, device="cuda", dtype=torch.float16) for _ in range(2))
         lens = torch.full((batch,), context, device="cuda", dtype=torch.int32)
-        fns = {str(n): (lambda n=n, q=q, k=k, v=v, lens=lens: flash_decoding.decode(q, k, v, lens, block_n=n,
-                                                                                    check_lengths=False))
-               for n in TILE_SIZES}
+        chosen = _plan(q, kv_heads, context)
+        splits = chosen["splits"]
+        fns = {f"{n}/{s}": (lambda n=n, s=s, q=q, k=k, v=v, lens=lens, splits=splits: flash_decoding.decode(
+            q, k, v, lens, num_splits=splits, block_n=n, num_stages=s, check_lengths=False))
+            for n, s in flash_decoding.TILES}
         for fn in fns.values():
             fn()
         times = gpu_ms_interleaved(fns, budget_ms=1500)
         limit_us = 2 * batch * kv_heads * context * HEAD_DIM * 2 / bandwidth * 1e6
         rows += [{"kind": "tiles", "batch": batch, "context": context, "q_heads": q_heads, "kv_heads": kv_heads,
-                  "block_n": n, "us": times[str(n)] * 1e3, "share": limit_us / (times[str(n)] * 1e3)}
-                 for n in TILE_SIZES]
+                  "block_n": n, "stages": s, "splits": splits, "programs": batch * kv_heads * splits,
+                  "chosen": (n, s) == (chosen["block_n"], chosen["stages"]), "us": times[f"{n}/{s}"] * 1e3,
+                  "share": limit_us / (times[f"{n}/{s}"] * 1e3)} for n, s in flash_decoding.TILES]
         progress(f"tiles B={batch} L={context} H={q_heads}/{kv_heads}: "
-                 + ", ".join(f"{r['block_n']} keys {r['us']:.1f} us" for r in rows[-len(TILE_SIZES):]))
-        del q, k, v
+                 + ", ".join(f"{name} {ms * 1e3:.1f} us" for name, ms in times.items()))
+        del q, k, v, fns
         torch.cuda.empty_cache()
+    return rows + _tile_memory_rows()
+
+
+def _tile_memory_rows() -> list[dict]:
+    """Each tile's compiled shared memory per program at head dim 128 in fp16, one query per sequence on groups of
+    4 (16 rows), beside the wrapper's estimate of the programs that fit on one SM."""
+    import torch
+
+    from kernels import flash_decoding
+
+    q = torch.randn(1, 32, 1, HEAD_DIM, device="cuda", dtype=torch.float16)
+    k, v = (torch.randn(1, 8, 1024, HEAD_DIM, device="cuda", dtype=torch.float16) for _ in range(2))
+    lens = torch.full((1,), 1024, device="cuda", dtype=torch.int32)
+    per_sm_shared = torch.cuda.get_device_properties(q.device).shared_memory_per_multiprocessor
+    rows = []
+    for n, s in flash_decoding.TILES:
+        shared = compiled_shared_bytes(lambda n=n, s=s: flash_decoding.decode(q, k, v, lens, num_splits=2, block_n=n,
+                                                                              num_stages=s, check_lengths=False))
+        rows.append({"kind": "tile_memory", "block_n": n, "stages": s, "shared_bytes": shared,
+                     "shared_per_sm": per_sm_shared,
+                     "programs_per_sm": None if shared is None else per_sm_shared // (shared + 1024),
+                     "estimate": flash_decoding.programs_per_sm(n, s, 16, HEAD_DIM, 2, per_sm_shared)})
     return rows
 
 
@@ -218,7 +261,7 @@ def _paged_rows(bandwidth: float, progress: Progress, shapes=PAGED_SHAPES, devic
         limit_us = 2 * batch * kv_heads * context * HEAD_DIM * 2 / bandwidth * 1e6
         rows += [{"kind": "paged", "batch": batch, "context": context, "q_heads": q_heads, "kv_heads": kv_heads,
                   "pages": name, "us": ms * 1e3, "share": limit_us / (ms * 1e3),
-                  "splits": _splits(q, kv_heads, context, 0 if name == "contiguous" else int(name))}
+                  **_plan(q, kv_heads, context, 0 if name == "contiguous" else int(name))}
                  for name, ms in times.items()]
         progress(f"paged B={batch} L={context} H={q_heads}/{kv_heads}: "
                  + ", ".join(f"{name} {ms * 1e3:.1f} us" for name, ms in times.items()))
@@ -324,17 +367,36 @@ def splits_table(result: dict) -> str:
     by = {(r["context"], r["splits"]): r for r in rows}
     body = [[s, *(_cell(by[(c, s)]) for c in contexts)] for s in SPLIT_COUNTS]
     return render.table(["splits", *(f"context {c:,}: µs (of limit)" for c in contexts)], body) + (
-        "\n\nBatch 1, 32 query heads on 8 KV heads, head dim 128, fp16.")
+        "\n\nBatch 1, 32 query heads on 8 KV heads, head dim 128, fp16, tiles of 128 keys and 3 stages.")
 
 
 def tiles_table(result: dict) -> str:
-    """The book's kernel with each tile size, timed in turns."""
+    """The book's kernel with each tile of TILES at the wrapper's split count, timed in turns; the chosen tile bold."""
+    from kernels.flash_decoding import TILES
+
     rows = _rows(result, "tiles")
     shapes = list(dict.fromkeys((r["batch"], r["context"], r["q_heads"], r["kv_heads"]) for r in rows))
-    by = {(r["batch"], r["context"], r["q_heads"], r["kv_heads"], r["block_n"]): r for r in rows}
-    body = [[b, f"{c:,}", f"{hq}/{hk}", *(_cell(by[(b, c, hq, hk, n)]) for n in TILE_SIZES)] for b, c, hq, hk in shapes]
-    return render.table(["batch", "context", "heads q/kv", *(f"{n} keys per tile: µs (of limit)" for n in TILE_SIZES)],
-                        body) + "\n\nfp16, head dim 128, one query per sequence, from CUDA graphs taken in turns."
+    by = {(r["batch"], r["context"], r["q_heads"], r["kv_heads"], r["block_n"], r["stages"]): r for r in rows}
+    body = []
+    for b, c, hq, hk in shapes:
+        cells = [by[(b, c, hq, hk, n, s)] for n, s in TILES]
+        body.append([b, f"{c:,}", f"{hq}/{hk}", cells[0]["splits"], f"{cells[0]['programs']:,}",
+                     *(f"**{_cell(r)}**" if r["chosen"] else _cell(r) for r in cells)])
+    return render.table(["batch", "context", "heads q/kv", "splits", "programs",
+                         *(f"{n} keys, {s} stages: µs (of limit)" for n, s in TILES)], body) + (
+        "\n\nfp16, head dim 128, one query per sequence, the wrapper's split count, from CUDA graphs taken in turns. "
+        "Bold: the tile the wrapper chooses.")
+
+
+def tile_memory_sentence(result: dict) -> str:
+    """Each tile's compiled shared memory per program and the programs that fit on one SM, beside the estimate."""
+    rows = _rows(result, "tile_memory")
+    parts = [f"{r['block_n']} keys and {r['stages']} stages "
+             + ("not read" if r["shared_bytes"] is None else
+                f"{r['shared_bytes'] / 1024:,.0f} KiB, {r['programs_per_sm']} per SM")
+             + f" (estimate: {r['estimate']})" for r in rows]
+    return (f"Shared memory per split program, read from the compiled kernel (head dim 128, fp16, 16 rows), of the "
+            f"{rows[0]['shared_per_sm'] / 1024:,.0f} KiB of one SM: " + "; ".join(parts) + ".")
 
 
 def paged_table(result: dict) -> str:
@@ -348,13 +410,13 @@ def paged_table(result: dict) -> str:
     return render.table(["batch", "context", "heads q/kv", "contiguous: µs (of limit), splits",
                          *(f"pages of {n}" for n in PAGE_SIZES)], body) + (
         "\n\nfp16, head dim 128, one query per sequence, pages in a shuffled order, from CUDA graphs taken in turns. "
-        "The split count is the one the wrapper chose (a tile never straddles two pages, so smaller pages mean smaller "
-        "tiles, and more programs fit on an SM).")
+        "After each time: the split count and the tile (keys/stages) the wrapper chose. A tile never straddles two "
+        "pages, so smaller pages mean smaller tiles, and more programs fit on an SM.")
 
 
 def _paged_cell(row: dict) -> str:
-    splits = f", {row['splits']}" if "splits" in row else ""
-    return _cell(row) + splits
+    plan = f", {row['splits']} splits, {row['block_n']}/{row['stages']}" if "stages" in row else ""
+    return _cell(row) + plan
 
 
 def copy_sentence(result: dict) -> str:
@@ -386,6 +448,7 @@ BENCHMARK = Benchmark(
     sources=["kernels/flash_decoding.py", "kernels/flash_attention.py", "book/bench/decode.py"],
     run=run,
     views={"table": table, "targets": targets, "splits": splits_table, "tiles": tiles_table,
+           "tile_memory": tile_memory_sentence,
            "paged": paged_table, "copy": copy_sentence, "plot": plot},
     awaiting_gpu="issue 21: the decode benchmark's first GPU run",
 )

@@ -15,7 +15,7 @@ readings move between passes.
 from __future__ import annotations
 
 from book import render
-from book.bench.decode import HEAD_DIM, LARGE_BYTES, TARGET_LARGE, TARGET_SMALL, MiB, _copy_bandwidths, _splits
+from book.bench.decode import HEAD_DIM, LARGE_BYTES, TARGET_LARGE, TARGET_SMALL, MiB, _copy_bandwidths, _plan
 from book.bench.registry import Benchmark, Progress
 from book.bench.timing import gpu_ms_interleaved
 
@@ -86,7 +86,7 @@ def _kernels(batch: int, context: int, device: str) -> int:
     import torch
 
     probe = torch.empty(batch, Q_HEADS, 1, HEAD_DIM, device=device, dtype=torch.float16)  # only its shape is read
-    return 1 if _splits(probe, KV_HEADS, context) == 1 else 2
+    return 1 if _plan(probe, KV_HEADS, context)["splits"] == 1 else 2
 
 
 def _row(batch: int, context: int, bandwidth: float, progress: Progress, device: str = "cuda",
