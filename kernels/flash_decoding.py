@@ -173,7 +173,6 @@ def choose_tile(programs: int, sm_count: int, per_sm: list[int]) -> int:
     the first, the one with the most bytes in flight per program."""
     waves = [math.ceil(programs / (sm_count * n)) for n in per_sm]
     return waves.index(min(waves))
-# --8<-- [end:tiles]
 
 
 def _rows(group_rows: int) -> int:
@@ -197,6 +196,7 @@ def plan(q: torch.Tensor, kv_heads: int, capacity: int, page_size: int = 0, num_
         num_splits = choose_splits(q.shape[0], kv_heads, capacity, sm_count, tiles[0][0], per_sm[0])
     block_n, num_stages = tiles[choose_tile(q.shape[0] * kv_heads * num_splits, sm_count, per_sm)]
     return num_splits, block_n, num_stages
+# --8<-- [end:tiles]
 
 
 def validate_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor,

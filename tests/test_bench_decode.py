@@ -83,6 +83,8 @@ def test_splits_table_has_one_line_per_split_count():
 def test_tiles_table_and_copy_sentence():
     row = "| 8 | 131,072 | 32/32 | 1 | 256 | 4131.0 (90%) | **4067.0 (90%)** | 4066.0 (90%) |"
     assert row in bench.tiles_table(RESULT)
+    assert ("fastest of the three at 0 of 1 shapes: elsewhere batch 8, 131,072 keys, 32/32 heads, 0.0% behind 64 keys "
+            "and 2 stages.") in bench.tiles_table(RESULT)
     sentence = bench.tile_memory_sentence(RESULT)
     assert "of the 228 KiB of one SM: 128 keys and 3 stages 136 KiB, 1 per SM (estimate: 1)" in sentence
     assert "64 keys and 2 stages not read (estimate: 5)" in sentence

@@ -385,7 +385,22 @@ def tiles_table(result: dict) -> str:
     return render.table(["batch", "context", "heads q/kv", "splits", "programs",
                          *(f"{n} keys, {s} stages: µs (of limit)" for n, s in TILES)], body) + (
         "\n\nfp16, head dim 128, one query per sequence, the wrapper's split count, from CUDA graphs taken in turns. "
-        "Bold: the tile the wrapper chooses.")
+        "Bold: the tile the wrapper chooses. " + _tiles_misses(rows))
+
+
+def _tiles_misses(rows: list[dict]) -> str:
+    """At how many shapes the chosen tile is the fastest, and how far behind the fastest it is at the others."""
+    shapes = list(dict.fromkeys((r["batch"], r["context"], r["q_heads"], r["kv_heads"]) for r in rows))
+    misses = []
+    for shape in shapes:
+        here = [r for r in rows if (r["batch"], r["context"], r["q_heads"], r["kv_heads"]) == shape]
+        fastest, chosen = min(here, key=lambda r: r["us"]), next(r for r in here if r["chosen"])
+        if fastest is not chosen:
+            misses.append(f"batch {shape[0]}, {shape[1]:,} keys, {shape[2]}/{shape[3]} heads, "
+                          f"{chosen['us'] / fastest['us'] - 1:.1%} behind {fastest['block_n']} keys and "
+                          f"{fastest['stages']} stages")
+    return (f"The chosen tile is the fastest of the three at {len(shapes) - len(misses)} of {len(shapes)} shapes"
+            + (": elsewhere " + "; ".join(misses) + "." if misses else "."))
 
 
 def tile_memory_sentence(result: dict) -> str:
@@ -415,8 +430,10 @@ def paged_table(result: dict) -> str:
 
 
 def _paged_cell(row: dict) -> str:
-    plan = f", {row['splits']} splits, {row['block_n']}/{row['stages']}" if "stages" in row else ""
-    return _cell(row) + plan
+    if "stages" not in row:
+        return _cell(row)
+    splits = f"{row['splits']} split" + ("s" if row["splits"] != 1 else "")
+    return f"{_cell(row)}, {splits}, {row['block_n']}/{row['stages']}"
 
 
 def copy_sentence(result: dict) -> str:
