@@ -160,9 +160,10 @@ def choose_splits(batch: int, kv_heads: int, capacity: int, sm_count: int, block
 # --8<-- [start:tiles]
 def programs_per_sm(block_n: int, num_stages: int, rows: int, head_dim_pad: int, element_size: int,
                     shared_per_sm: int) -> int:
-    """How many split programs fit on one SM at once, by shared memory (an estimate). Triton's pipeline keeps
-    num_stages - 1 tiles of K and of V there, loaded while the current tile is used, and the compiler stages the
-    query tile and the probability tile there for the two dots; the GPU reserves 1 KiB per program."""
+    """How many split programs fit on one SM at once by shared memory (an estimate; registers may allow fewer).
+    Triton's pipeline keeps num_stages - 1 tiles of K and of V there, loaded while the current tile is used, and the
+    compiler keeps the query tile and the probability tile there for the two dots; the GPU reserves 1 KiB per
+    program."""
     pipeline = max(num_stages - 1, 1) * 2 * block_n * head_dim_pad
     per_program = (pipeline + rows * (head_dim_pad + block_n)) * element_size
     return max(1, shared_per_sm // (per_program + 1024))

@@ -25,9 +25,10 @@ RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 3.0e12,
                    *({"kind": "tiles", "batch": 8, "context": 131072, "q_heads": 32, "kv_heads": 32, "block_n": n,
                       "stages": s, "splits": 1, "programs": 256, "chosen": (n, s) == (64, 3), "us": 4000.0 + n + s,
                       "share": 0.9} for n, s in ((128, 3), (64, 3), (64, 2))),
-                   *({"kind": "tile_memory", "block_n": n, "stages": s, "shared_bytes": b, "shared_per_sm": 233472,
-                      "programs_per_sm": p, "estimate": p or 5}
-                     for n, s, b, p in ((128, 3, 139264, 1), (64, 3, 71680, 3), (64, 2, None, None))),
+                   *({"kind": "tile_memory", "block_n": n, "stages": s, "shared_per_sm": 233472, "estimate": p}
+                     | ({} if b is None else {"shared_bytes": b, "registers": r, "programs_per_sm": p,
+                                              "programs_per_sm_registers": 65536 // (-(-r // 8) * 8 * 128)})
+                     for n, s, b, r, p in ((128, 3, 139264, 143, 1), (64, 3, 71680, 90, 3), (64, 2, None, None, 5))),
                    *({"kind": "paged", "batch": 1, "context": 131072, "q_heads": 32, "kv_heads": 8, "pages": name,
                       "us": 150.0, "share": 0.84} for name in ["contiguous", *map(str, bench.PAGE_SIZES)])]}
 
@@ -86,7 +87,8 @@ def test_tiles_table_and_copy_sentence():
     assert ("fastest of the three at 0 of 1 shapes: elsewhere batch 8, 131,072 keys, 32/32 heads, 0.0% behind 64 keys "
             "and 2 stages.") in bench.tiles_table(RESULT)
     sentence = bench.tile_memory_sentence(RESULT)
-    assert "of the 228 KiB of one SM: 128 keys and 3 stages 136 KiB, 1 per SM (estimate: 1)" in sentence
+    assert ("65,536 registers of one SM: 128 keys and 3 stages 136 KiB and 143 registers per thread: 1 per SM by "
+            "shared memory, 3 by registers (estimate: 1)") in sentence
     assert "64 keys and 2 stages not read (estimate: 5)" in sentence
     text = bench.copy_sentence(RESULT)
     assert "a copy captured in a CUDA graph 2,000 GB/s" in text and "element-wise kernel in a graph 3,000" in text

@@ -239,13 +239,14 @@ def test_gpu_every_tile(dtype, block_n, num_stages):
 @pytest.mark.parametrize(("block_n", "num_stages"), [*fd.TILES, (16, 3), (32, 2)])
 def test_gpu_programs_per_sm_estimate_matches_the_compiled_kernel(dtype, head_dim, block_n, num_stages):
     # One query per sequence in groups of 4: 16 rows, as in every shape of the decode benchmark
-    from book.bench.decode import compiled_shared_bytes
+    from book.bench.decode import compiled_resources
 
     q, k, v = make(1, 32, 8, 1, 512, head_dim, dtype, "cuda")
     lens = torch.tensor([512], device="cuda")
-    shared = compiled_shared_bytes(lambda: fd.decode(q, k, v, lens, num_splits=2, block_n=block_n,
-                                                     num_stages=num_stages))
-    if shared is None:
-        pytest.skip("this Triton keeps its compiled kernels where compiled_shared_bytes does not look")
+    used = compiled_resources(lambda: fd.decode(q, k, v, lens, num_splits=2, block_n=block_n,
+                                                num_stages=num_stages))
+    if used is None:
+        pytest.skip("this Triton keeps its compiled kernels where compiled_resources does not look")
+    shared = used["shared_bytes"]
     per_sm = torch.cuda.get_device_properties(0).shared_memory_per_multiprocessor
     assert fd.programs_per_sm(block_n, num_stages, 16, head_dim, 2, per_sm) == max(1, per_sm // (shared + 1024))

@@ -40,6 +40,7 @@ TILE_SHAPES = [(1, 131072, (32, 32)), (8, 1024, (32, 32)), (8, 131072, (32, 32))
 PAGE_SIZES = [16, 64, 128]  # keys per page; a tile never straddles two pages, so pages of 16 mean tiles of 16
 PAGED_SHAPES = [(1, 131072, (32, 8)), (8, 32768, (32, 8)), (64, 8192, (32, 8))]
 COPY_BYTES = 2 * 2**30
+REGISTERS_PER_SM = 65536  # compute capability 9.0 (chapter 8's table, from the CUDA C++ Programming Guide)
 MiB = 2**20
 TARGET_PEER = 1.0  # the book's kernel / the fastest SDPA backend, every row
 TARGET_LARGE = 0.85  # share of the bandwidth limit where K and V are at least LARGE_BYTES
@@ -99,9 +100,9 @@ def _plan(q, kv_heads: int, capacity: int, page_size: int = 0) -> dict:
     return {"splits": splits, "block_n": block_n, "stages": stages}
 
 
-def compiled_shared_bytes(fn) -> int | None:
-    """Shared memory per program of the split kernel that fn compiles, read from Triton's cache of compiled kernels
-    (emptied first); None where this Triton keeps that cache differently."""
+def compiled_resources(fn) -> dict | None:
+    """Shared memory (bytes) and registers per thread of the split kernel that fn compiles, read from Triton's cache
+    of compiled kernels (emptied first); None where this Triton keeps that cache differently."""
     from kernels import flash_decoding
 
     kernel = flash_decoding._decode_split
@@ -109,7 +110,7 @@ def compiled_shared_bytes(fn) -> int | None:
         kernel.device_caches.clear()
         fn()
         compiled = [k for cache in kernel.device_caches.values() for k in cache[0].values()]
-        return max(k.metadata.shared for k in compiled)
+        return {"shared_bytes": max(k.metadata.shared for k in compiled), "registers": max(k.n_regs for k in compiled)}
     except (AttributeError, IndexError, TypeError, ValueError):
         return None
 
@@ -211,8 +212,9 @@ def _tiles_rows(bandwidth: float, progress: Progress) -> list[dict]:
 
 
 def _tile_memory_rows() -> list[dict]:
-    """Each tile's compiled shared memory per program at head dim 128 in fp16, one query per sequence on groups of
-    4 (16 rows), beside the wrapper's estimate of the programs that fit on one SM."""
+    """Each tile's compiled shared memory per program and registers per thread at head dim 128 in fp16, one query per
+    sequence on groups of 4 (16 rows), the programs that fit on one SM by each (registers in steps of 8 per thread,
+    chapter 8), beside the wrapper's estimate, which counts shared memory only."""
     import torch
 
     from kernels import flash_decoding
@@ -223,12 +225,15 @@ def _tile_memory_rows() -> list[dict]:
     per_sm_shared = torch.cuda.get_device_properties(q.device).shared_memory_per_multiprocessor
     rows = []
     for n, s in flash_decoding.TILES:
-        shared = compiled_shared_bytes(lambda n=n, s=s: flash_decoding.decode(q, k, v, lens, num_splits=2, block_n=n,
-                                                                              num_stages=s, check_lengths=False))
-        rows.append({"kind": "tile_memory", "block_n": n, "stages": s, "shared_bytes": shared,
-                     "shared_per_sm": per_sm_shared,
-                     "programs_per_sm": None if shared is None else per_sm_shared // (shared + 1024),
-                     "estimate": flash_decoding.programs_per_sm(n, s, 16, HEAD_DIM, 2, per_sm_shared)})
+        used = compiled_resources(lambda n=n, s=s: flash_decoding.decode(q, k, v, lens, num_splits=2, block_n=n,
+                                                                         num_stages=s, check_lengths=False))
+        row = {"kind": "tile_memory", "block_n": n, "stages": s, "shared_per_sm": per_sm_shared,
+               "estimate": flash_decoding.programs_per_sm(n, s, 16, HEAD_DIM, 2, per_sm_shared)}
+        if used is not None:
+            per_program = -(-used["registers"] // 8) * 8 * 32 * flash_decoding.NUM_WARPS
+            row |= used | {"programs_per_sm": per_sm_shared // (used["shared_bytes"] + 1024),
+                           "programs_per_sm_registers": REGISTERS_PER_SM // per_program}
+        rows.append(row)
     return rows
 
 
@@ -407,11 +412,13 @@ def tile_memory_sentence(result: dict) -> str:
     """Each tile's compiled shared memory per program and the programs that fit on one SM, beside the estimate."""
     rows = _rows(result, "tile_memory")
     parts = [f"{r['block_n']} keys and {r['stages']} stages "
-             + ("not read" if r["shared_bytes"] is None else
-                f"{r['shared_bytes'] / 1024:,.0f} KiB, {r['programs_per_sm']} per SM")
+             + ("not read" if "shared_bytes" not in r else
+                f"{r['shared_bytes'] / 1024:,.0f} KiB and {r['registers']} registers per thread: "
+                f"{r['programs_per_sm']} per SM by shared memory, {r['programs_per_sm_registers']} by registers")
              + f" (estimate: {r['estimate']})" for r in rows]
-    return (f"Shared memory per split program, read from the compiled kernel (head dim 128, fp16, 16 rows), of the "
-            f"{rows[0]['shared_per_sm'] / 1024:,.0f} KiB of one SM: " + "; ".join(parts) + ".")
+    return (f"Per split program of 4 warps, read from the compiled kernel (head dim 128, fp16, 16 rows), against the "
+            f"{rows[0]['shared_per_sm'] / 1024:,.0f} KiB of shared memory and {REGISTERS_PER_SM:,} registers of one "
+            f"SM: " + "; ".join(parts) + ". The estimate counts shared memory only.")
 
 
 def paged_table(result: dict) -> str:
