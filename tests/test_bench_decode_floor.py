@@ -8,7 +8,8 @@ ROW = {"kind": "floor", "pass": 0, "batch": 1, "context": 8192, "kernels": 2, "k
 LARGE = {"kind": "floor", "pass": 0, "batch": 64, "context": 1024, "kernels": 1, "kv_bytes": 256 * 2**20,
          "limit_us": 64.0, "empty_one_us": 2.0, "empty_two_us": 4.0, "ours_empty_us": 10.0, "ours_us": 80.0,
          "sdpa_cudnn_us": 78.0}
-RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 4.2e12, "ways": {}}, ROW, LARGE,
+WRITTEN = {"ours_written_us": 24.0, "sdpa_cudnn_written_us": 25.5}
+RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 4.2e12, "ways": {}}, ROW | WRITTEN, LARGE,
                    ROW | {"pass": 1, "ours_us": 21.0}, LARGE | {"pass": 1, "sdpa_cudnn_us": 80.0}]}
 
 
@@ -36,6 +37,15 @@ def test_large_sentence_takes_the_256_mib_shape_apart():
     assert "batch 1 " not in text  # 32 MiB is not a large shape
 
 
+def test_clearing_table_sets_the_two_ways_of_clearing_side_by_side():
+    text = bench.clearing(RESULT)
+    # ours 20.0 read, 24.0 written (4.0 added); cuDNN 22.0 and 25.5 (3.5); 8.0 / 24.0 of the limit
+    assert "| 1 | 8,192 | 32 | 8.0 | 20.0 | 24.0 | 4.0 | 22.0 | 25.5 | 3.5 | 33% |" in text
+    assert "| 64 | 1,024" not in text  # a row without the written timings is left out
+    assert "added 3.5 to 4.0 µs to a step." in text
+    assert bench.clearing({"rows": [LARGE]}).startswith("This run did not time")
+
+
 def test_repeat_table_compares_the_two_passes():
     text = bench.repeat(RESULT)
     assert "| 1 | 8,192 | 20.0 | 21.0 | 22.0 | 22.0 | 1.100 | 1.048 | 5.0% | 4.8% |" in text  # 21 / 20; 20 / 21
@@ -50,6 +60,7 @@ def test_a_row_runs_end_to_end_with_a_stand_in_timer(monkeypatch, device):
     monkeypatch.setattr(bench, "gpu_ms_interleaved", lambda fns, **_: {name: 0.01 for name in fns})
     row = bench._row(2, 100, bandwidth=3.0e12, progress=lambda message: None, device=device, pass_=1)
     assert row["ours_us"] == 10.0 and row["ours_empty_us"] == 10.0 and row["empty_two_us"] == 10.0
+    assert row["ours_written_us"] == 10.0  # timed again with the L2 cleared by writing
     assert row["kv_bytes"] == 2 * 2 * 8 * 100 * 128 * 2 and row["limit_us"] == row["kv_bytes"] / 3.0e12 * 1e6
     assert row["pass"] == 1 and row["batch"] == 2 and row["kernels"] in (1, 2)
     assert "| 2 | 100 | 1 |" in bench.table({"rows": [row | {"pass": 0}]})

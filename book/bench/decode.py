@@ -4,15 +4,16 @@ used naively (K and V repeated to every query head beforehand), each against the
 "decode": fp16 and bf16, head dim 128, batch {1, 8, 64} x context {1K ... 128K} x (query heads, KV heads) {(32,
 32), (32, 8), (64, 8)}, leaving out shapes whose K and V exceed 40 GiB (chapter 5's kernel only up to 8 GiB of
 repeated K and V: its offsets are 32-bit). Every implementation's output for the first sequence is checked against
-the math backend in float32, then all are timed from CUDA graphs in turns (chapter 7's timer); the book's kernel is
-also timed with plain calls (CPU launch cost included). It runs with check_lengths=False: its host-side check of
+the math backend in float32, then all are timed from CUDA graphs in turns (chapter 7's timer, clearing the L2 cache
+by reading: CLEAR_L2); the book's kernel is also timed with plain calls (do_bench: CPU launch cost included, and
+the L2 cleared by writing). It runs with check_lengths=False: its host-side check of
 the lengths cannot be captured in a graph. The limit: bytes of K and V over the copy bandwidth measured in the same
 run (a copy's read and write bytes over its time; the fastest of three ways).
 Rows of kind "splits": the book's kernel at batch 1 with every split count from 1 to 64, at three cache lengths, with
 the first tile of TILES.
 Rows of kind "tiles": the book's kernel with each tile of TILES (keys per tile, pipeline stages) at a few shapes and the
-wrapper's split count, timed in turns; rows of kind "tile_memory": the shared memory each tile's compiled split
-kernel uses, beside the wrapper's estimate.
+wrapper's split count, timed in turns; rows of kind "tile_memory": the shared memory and registers each tile's
+compiled split kernel uses, beside the wrapper's estimate of shared memory.
 Rows of kind "paged": the book's kernel on a contiguous cache and on the same cache in shuffled pages of each size
 in PAGE_SIZES, timed in turns.
 """
@@ -38,6 +39,9 @@ SPLIT_CONTEXTS = [1024, 8192, 131072]  # a 1K cache has 8 tiles of 128 keys: its
 TILE_SHAPES = [(1, 131072, (32, 32)), (8, 1024, (32, 32)), (8, 131072, (32, 32)), (64, 1024, (32, 8)),
                (64, 32768, (32, 8)), (64, 8192, (32, 32))]
 PAGE_SIZES = [16, 64, 128]  # keys per page; a tile never straddles two pages, so pages of 16 mean tiles of 16
+# The timer clears the L2 cache before each call by reading 256 MiB, not by writing it as do_bench does: a decode step
+# only reads, and the written lines would go back to memory inside the timed step (chapter 12 measures how much).
+CLEAR_L2 = "read"
 PAGED_SHAPES = [(1, 131072, (32, 8)), (8, 32768, (32, 8)), (64, 8192, (32, 8))]
 COPY_BYTES = 2 * 2**30
 REGISTERS_PER_SM = 65536  # compute capability 9.0 (chapter 8's table, from the CUDA C++ Programming Guide)
@@ -65,7 +69,7 @@ def _copy_bandwidths() -> dict[str, float]:
     ways = {"copy_graph": lambda: dst.copy_(src), "kernel_graph": lambda: torch.neg(src, out=dst)}
     for fn in ways.values():
         fn()
-    times = gpu_ms_interleaved(ways) | {"copy_plain": gpu_ms(ways["copy_graph"])}
+    times = gpu_ms_interleaved(ways, clear_l2=CLEAR_L2) | {"copy_plain": gpu_ms(ways["copy_graph"])}
     return {name: 2 * COPY_BYTES / (ms * 1e-3) for name, ms in times.items()}
 
 
@@ -144,7 +148,7 @@ def _decode_row(dtype_name: str, batch: int, context: int, heads: tuple[int, int
         fns[name] = fn
     if q.is_cuda:
         torch.cuda.synchronize()
-    times = gpu_ms_interleaved(fns, budget_ms=1500)
+    times = gpu_ms_interleaved(fns, budget_ms=1500, clear_l2=CLEAR_L2)
     for name in NAMES:
         us = times.get(name)
         row[f"{name}_us"] = None if us is None else us * 1e3
@@ -170,7 +174,7 @@ def _splits_rows(bandwidth: float, progress: Progress) -> list[dict]:
             q, k, v, lens, num_splits=s, block_n=n, num_stages=stages, check_lengths=False)) for s in SPLIT_COUNTS}
         for fn in fns.values():
             fn()
-        times = gpu_ms_interleaved({str(s): fn for s, fn in fns.items()})
+        times = gpu_ms_interleaved({str(s): fn for s, fn in fns.items()}, clear_l2=CLEAR_L2)
         kv_bytes = 2 * 8 * context * HEAD_DIM * 2
         for s in SPLIT_COUNTS:
             us = times[str(s)] * 1e3
@@ -198,7 +202,7 @@ def _tiles_rows(bandwidth: float, progress: Progress) -> list[dict]:
             for n, s in flash_decoding.TILES}
         for fn in fns.values():
             fn()
-        times = gpu_ms_interleaved(fns, budget_ms=1500)
+        times = gpu_ms_interleaved(fns, budget_ms=1500, clear_l2=CLEAR_L2)
         limit_us = 2 * batch * kv_heads * context * HEAD_DIM * 2 / bandwidth * 1e6
         rows += [{"kind": "tiles", "batch": batch, "context": context, "q_heads": q_heads, "kv_heads": kv_heads,
                   "block_n": n, "stages": s, "splits": splits, "programs": batch * kv_heads * splits,
@@ -227,7 +231,8 @@ def _tile_memory_rows() -> list[dict]:
     for n, s in flash_decoding.TILES:
         used = compiled_resources(lambda n=n, s=s: flash_decoding.decode(q, k, v, lens, num_splits=2, block_n=n,
                                                                          num_stages=s, check_lengths=False))
-        row = {"kind": "tile_memory", "block_n": n, "stages": s, "shared_per_sm": per_sm_shared,
+        row = {"kind": "tile_memory", "block_n": n, "stages": s, "warps": flash_decoding.NUM_WARPS,
+               "shared_per_sm": per_sm_shared,
                "estimate": flash_decoding.programs_per_sm(n, s, 16, HEAD_DIM, 2, per_sm_shared)}
         if used is not None:
             per_program = -(-used["registers"] // 8) * 8 * 32 * flash_decoding.NUM_WARPS
@@ -262,7 +267,7 @@ def _paged_rows(bandwidth: float, progress: Progress, shapes=PAGED_SHAPES, devic
                 q, k_pool, v_pool, lens, block_table=table, check_lengths=False))
             err = ((fns[str(size)]().float() - expected.float()).norm() / expected.float().norm()).item()
             assert err < 1e-3, f"paged cache of {size}-key pages: relative error {err:.2e} against the contiguous one"
-        times = gpu_ms_interleaved(fns, budget_ms=1500)
+        times = gpu_ms_interleaved(fns, budget_ms=1500, clear_l2=CLEAR_L2)
         limit_us = 2 * batch * kv_heads * context * HEAD_DIM * 2 / bandwidth * 1e6
         rows += [{"kind": "paged", "batch": batch, "context": context, "q_heads": q_heads, "kv_heads": kv_heads,
                   "pages": name, "us": ms * 1e3, "share": limit_us / (ms * 1e3),
@@ -325,7 +330,8 @@ def table(result: dict) -> str:
     headers = ["batch", "context", "heads q/kv", "K+V MiB", "limit µs", "ours µs (of limit)", "ours GB/s",
                "ours, plain calls", "ch. 5", "FA2", "mem-eff.", "cuDNN", "math", "best SDPA time / ours"]
     return render.table(headers, body) + (
-        "\n\nMicroseconds per decode step, fp16, head dim 128, from CUDA graphs taken in turns; the limit is the "
+        "\n\nMicroseconds per decode step, fp16, head dim 128, from CUDA graphs taken in turns, the L2 cache cleared "
+        "by reading before each call; plain calls are timed by do_bench, which clears it by writing. The limit is the "
         "bytes of K and V over the copy bandwidth measured in the same run. — means the backend refused. The last "
         "column is above 1 where the book's kernel is faster. The bf16 rows are not shown; the lines above the table "
         "count both dtypes.")
@@ -416,7 +422,8 @@ def tile_memory_sentence(result: dict) -> str:
                 f"{r['shared_bytes'] / 1024:,.0f} KiB and {r['registers']} registers per thread: "
                 f"{r['programs_per_sm']} per SM by shared memory, {r['programs_per_sm_registers']} by registers")
              + f" (estimate: {r['estimate']})" for r in rows]
-    return (f"Per split program of 4 warps, read from the compiled kernel (head dim 128, fp16, 16 rows), against the "
+    return (f"Per split program of {rows[0].get('warps', 4)} warps, read from the compiled kernel (head dim 128, "
+            f"fp16, 16 rows), against the "
             f"{rows[0]['shared_per_sm'] / 1024:,.0f} KiB of shared memory and {REGISTERS_PER_SM:,} registers of one "
             f"SM: " + "; ".join(parts) + ". The estimate counts shared memory only.")
 

@@ -8,14 +8,16 @@ turns (chapter 7's timer):
 - the book's step on the full cache, and cuDNN's (the fastest SDPA backend in chapter 12's decode run);
 
 beside the limit, the bytes of K and V over the copy bandwidth measured in the same run (as the decode benchmark
-measures it). Every shape is timed twice, in two passes over all of them, so that the run shows how much its
-readings move between passes.
+measures it). The timer clears the L2 cache by reading, as the decode benchmark does (CLEAR_L2); our step and cuDNN's
+are also timed with the L2 cleared by writing, as do_bench clears it, to measure what that choice changes. Every
+shape is timed twice, in two passes over all of them, so that the run shows how much its readings move between
+passes.
 """
 
 from __future__ import annotations
 
 from book import render
-from book.bench.decode import HEAD_DIM, LARGE_BYTES, TARGET_LARGE, TARGET_SMALL, MiB, _copy_bandwidths, _plan
+from book.bench.decode import CLEAR_L2, HEAD_DIM, LARGE_BYTES, TARGET_LARGE, TARGET_SMALL, MiB, _copy_bandwidths, _plan
 from book.bench.registry import Benchmark, Progress
 from book.bench.timing import gpu_ms_interleaved
 
@@ -24,6 +26,7 @@ SHAPES = [(1, 1024), (1, 8192), (1, 32768), (8, 8192), (64, 1024)]
 PASSES = 2
 Q_HEADS, KV_HEADS = 32, 8
 TARGET_CONTEXT = 8192  # the context of chapter 12's small-step target, at batch 1
+WRITTEN = ("ours", "sdpa_cudnn")  # also timed with the L2 cleared by writing
 NAMES = {"empty_one": "one empty kernel", "empty_two": "two empty kernels",
          "ours_empty": "ours, empty cache", "ours": "ours", "sdpa_cudnn": "cuDNN"}
 
@@ -96,12 +99,15 @@ def _row(batch: int, context: int, bandwidth: float, progress: Progress, device:
     steps = _steps(batch, context, device)
     if device == "cuda":
         torch.cuda.synchronize()
-    times = gpu_ms_interleaved(steps, budget_ms=1500)
+    times = gpu_ms_interleaved(steps, budget_ms=1500, clear_l2=CLEAR_L2)
+    written = gpu_ms_interleaved({name: steps[name] for name in WRITTEN if name in steps}, budget_ms=1500,
+                                 clear_l2="write")
     kv_bytes = 2 * batch * KV_HEADS * context * HEAD_DIM * 2
     row = {"kind": "floor", "pass": pass_, "batch": batch, "context": context,
            "kernels": _kernels(batch, context, device), "kv_bytes": kv_bytes,
            "limit_us": kv_bytes / bandwidth * 1e6}
     row |= {f"{name}_us": times[name] * 1e3 if name in times else None for name in NAMES}
+    row |= {f"{name}_written_us": written[name] * 1e3 if name in written else None for name in WRITTEN}
     timed = ", ".join(f"{name} {row[f'{name}_us']:.1f} us" for name in NAMES if row[f"{name}_us"] is not None)
     progress(f"pass {pass_ + 1}, B={batch} L={context}: {timed}; limit {row['limit_us']:.1f} us")
     return row
@@ -141,9 +147,9 @@ def table(result: dict) -> str:
                          "ours on an empty cache less as many empty kernels as it launches: our own fixed cost, µs",
                          "ours less ours on an empty cache: the reading, µs"], body) + (
         "\n\n32 query heads on 8 KV heads, head dim 128, fp16, one query per sequence; each timed from a CUDA graph, "
-        "in turns, with the L2 cache cleared before each call. An empty cache: every length 0, so the step launches "
-        "the same programs and reads no key. Our step launches one kernel where it uses one split per sequence (no "
-        "merge), two otherwise.")
+        "in turns, with the L2 cache cleared by reading before each call. An empty cache: every length 0, so the step "
+        "launches the same programs and reads no key. Our step launches one kernel where it uses one split per "
+        "sequence (no merge), two otherwise.")
 
 
 def target(result: dict) -> str:
@@ -180,6 +186,32 @@ def large(result: dict) -> str:
     return " ".join(sentences)
 
 
+def clearing(result: dict) -> str:
+    """Our step and cuDNN's with the L2 cache cleared by reading (the book's timing) and by writing (do_bench's)."""
+    body, added = [], []
+    for r in _floor_rows(result):
+        if r.get("ours_written_us") is None:
+            continue
+        cells = []
+        for name in WRITTEN:
+            read, written = r[f"{name}_us"], r[f"{name}_written_us"]
+            if read is None or written is None:
+                cells += [None, None, None]
+                continue
+            added.append(written - read)
+            cells += [f"{read:.1f}", f"{written:.1f}", f"{written - read:.1f}"]
+        body.append([str(r["batch"]), f"{r['context']:,}", f"{r['kv_bytes'] / MiB:,.0f}", f"{r['limit_us']:.1f}",
+                     *cells, f"{r['limit_us'] / r['ours_written_us']:.0%}"])
+    if not body:
+        return "This run did not time the steps with the L2 cache cleared by writing."
+    return render.table(["batch", "context", "K+V MiB", "limit µs", "ours, cleared by reading µs",
+                         "ours, cleared by writing µs", "ours: added µs", "cuDNN, cleared by reading µs",
+                         "cuDNN, cleared by writing µs", "cuDNN: added µs", "ours cleared by writing, of the limit"],
+                        body) + (
+        f"\n\nThe same graphs, first pass. Clearing the L2 cache by writing 256 MiB before each call, as do_bench "
+        f"does, added {min(added):.1f} to {max(added):.1f} µs to a step.")
+
+
 def repeat(result: dict) -> str:
     """Both passes side by side: our step and cuDNN's in each, how far each moved, and how far their ratio moved."""
     second = {(r["batch"], r["context"]): r for r in _floor_rows(result, 1)}
@@ -212,6 +244,6 @@ BENCHMARK = Benchmark(
     title="Chapter 12: where a small decode step's time goes",
     sources=["kernels/flash_decoding.py", "book/bench/decode.py", "book/bench/decode_floor.py"],
     run=run,
-    views={"table": table, "target": target, "large": large, "repeat": repeat},
+    views={"table": table, "target": target, "large": large, "clearing": clearing, "repeat": repeat},
     awaiting_gpu="issue 21: the floor benchmark's first GPU run",
 )

@@ -15,7 +15,8 @@ def gpu_ms(fn: Callable[[], object], warmup_ms: int = 25, rep_ms: int = 100) -> 
 
 
 # --8<-- [start:interleaved]
-def gpu_ms_interleaved(fns: dict[str, Callable[[], object]], budget_ms: float = 2500.0) -> dict[str, float]:
+def gpu_ms_interleaved(fns: dict[str, Callable[[], object]], budget_ms: float = 2500.0,
+                       clear_l2: str = "write") -> dict[str, float]:
     """Median GPU time of each fn in milliseconds, the calls replayed from CUDA graphs and taken in turns.
 
     Two things can bend a side-by-side timing, and this timer removes both:
@@ -28,13 +29,17 @@ def gpu_ms_interleaved(fns: dict[str, Callable[[], object]], budget_ms: float = 
       calls take turns (a, b, c, then b, c, a, ...), so every implementation sees the same clock history.
 
     As in do_bench, the L2 cache is cleared before every call, each call is timed by a pair of CUDA events,
-    and the median is kept. Each fn must have run once already (compiled, autotuned): a capture only
-    records launches.
+    and the median is kept. clear_l2="write" clears it as do_bench does, by writing 256 MiB; the L2 is then full
+    of written lines that must go back to memory when the timed call's reads evict them. clear_l2="read" reads
+    256 MiB instead, leaving lines that can be dropped (chapter 12 says when that matters). Each fn must have run
+    once already (compiled, autotuned): a capture only records launches.
     """
     import torch
 
+    if clear_l2 not in ("write", "read"):
+        raise ValueError(f'clear_l2 must be "write" or "read", got {clear_l2!r}')
     graphs = {name: _capture(fn) for name, fn in fns.items()}
-    flush = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")  # larger than any GPU's L2 cache
+    flush = _l2_clearer(clear_l2)
     first = {name: _replay_ms(graph, flush, calls=5) for name, graph in graphs.items()}  # warm-up, and a guess
     turns = max(10, min(1000, int(budget_ms / sum(first.values()))))
     names = list(graphs)
@@ -43,7 +48,7 @@ def gpu_ms_interleaved(fns: dict[str, Callable[[], object]], budget_ms: float = 
         shift = turn % len(names)
         for name in names[shift:] + names[:shift]:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            flush.zero_()
+            flush()
             start.record()
             graphs[name].replay()
             end.record()
@@ -51,6 +56,17 @@ def gpu_ms_interleaved(fns: dict[str, Callable[[], object]], budget_ms: float = 
     torch.cuda.synchronize()
     return {name: statistics.median(start.elapsed_time(end) for start, end in pairs)
             for name, pairs in events.items()}
+
+
+def _l2_clearer(how: str) -> Callable[[], object]:
+    """A call that clears the L2 cache: it writes, or reads, a buffer of 256 MiB, larger than any GPU's L2."""
+    import torch
+
+    if how == "write":
+        buffer = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")
+        return buffer.zero_
+    buffer, total = torch.ones(64 * 2**20, device="cuda"), torch.empty((), device="cuda")
+    return lambda: torch.sum(buffer, dim=0, out=total)
 
 
 def _capture(fn: Callable[[], object]):
@@ -62,14 +78,14 @@ def _capture(fn: Callable[[], object]):
     return graph
 
 
-def _replay_ms(graph, flush, calls: int) -> float:
+def _replay_ms(graph, flush: Callable[[], object], calls: int) -> float:
     """Mean time of a few replays, each after an L2 flush (the flushes included: this is only a guess)."""
     import torch
 
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(calls):
-        flush.zero_()
+        flush()
         graph.replay()
     end.record()
     torch.cuda.synchronize()
