@@ -23,9 +23,10 @@ def test_table_has_every_graph_and_the_difference():
 
 def test_target_sentence_computes_what_sixty_percent_allows():
     text = bench.target(RESULT)
-    assert "allows a step of at most 13.3 µs" in text  # 8.0 / 0.6
+    assert "allows a step of at most 13.33 µs" in text  # 8.0 / 0.6
     assert "11.0 µs more than on the empty one for 32 MiB" in text
-    assert "would take 12.0 µs, 67% of the limit; with one kernel, 10.0 µs, 80%." in text  # 8 / (4 + 8), 8 / (2 + 8)
+    # 8 / (4 + 8), 8 / (2 + 8)
+    assert "would take 12.00 µs, 66.7% of the limit; with one kernel, 10.00 µs, 80.0%." in text
 
 
 def test_large_sentence_takes_the_256_mib_shape_apart():

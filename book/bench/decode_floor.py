@@ -1,6 +1,6 @@
 """Chapter 12: where a decode step's time goes. With 32 query heads on 8 KV heads, head dim 128, fp16, at batch 1
-for a few cache lengths and at the two shapes of 256 MiB that miss the 85% target, one run times from CUDA graphs in
-turns (chapter 7's timer):
+for a few cache lengths and at the two shapes of 256 MiB (the closest to the 85% target), one run times from CUDA
+graphs in turns (chapter 7's timer):
 
 - a graph of one empty kernel, and of two: what any step of one or two kernels pays before it reads a byte;
 - the book's step (kernels/flash_decoding.py) on an empty cache: the same launches, the same programs loading their
@@ -21,7 +21,7 @@ from book.bench.decode import CLEAR_L2, HEAD_DIM, LARGE_BYTES, TARGET_LARGE, TAR
 from book.bench.registry import Benchmark, Progress
 from book.bench.timing import gpu_ms_interleaved
 
-# (batch, cache length): batch 1 at three lengths, then the two shapes of 256 MiB where the decode run misses 85%
+# (batch, cache length): batch 1 at three lengths, then the two shapes of 256 MiB, the closest to the 85% target
 SHAPES = [(1, 1024), (1, 8192), (1, 32768), (8, 8192), (64, 1024)]
 PASSES = 2
 Q_HEADS, KV_HEADS = 32, 8
@@ -157,14 +157,14 @@ def target(result: dict) -> str:
     r = next(r for r in _floor_rows(result) if r["context"] == TARGET_CONTEXT and r.get("batch", 1) == 1)
     allowed = r["limit_us"] / TARGET_SMALL
     return (f"At {TARGET_CONTEXT:,} keys the limit is {r['limit_us']:.1f} µs, so {TARGET_SMALL:.0%} of it allows a "
-            f"step of at most {allowed:.1f} µs. Two empty kernels take {r['empty_two_us']:.1f} µs, the book's step "
+            f"step of at most {allowed:.2f} µs. Two empty kernels take {r['empty_two_us']:.1f} µs, the book's step "
             f"on an empty cache {r['ours_empty_us']:.1f} µs, and on the full cache {r['ours_us']:.1f} µs, "
             f"{r['ours_us'] - r['ours_empty_us']:.1f} µs more than on the empty one for "
             f"{r['kv_bytes'] / MiB:,.0f} MiB that the copy moves in {r['limit_us']:.1f} µs. A step that paid only "
             f"two empty kernels' time and then read at the copy's rate would take "
-            f"{r['empty_two_us'] + r['limit_us']:.1f} µs, {r['limit_us'] / (r['empty_two_us'] + r['limit_us']):.0%} of "
-            f"the limit; with one kernel, {r['empty_one_us'] + r['limit_us']:.1f} µs, "
-            f"{r['limit_us'] / (r['empty_one_us'] + r['limit_us']):.0%}.")
+            f"{r['empty_two_us'] + r['limit_us']:.2f} µs, {r['limit_us'] / (r['empty_two_us'] + r['limit_us']):.1%} of "
+            f"the limit; with one kernel, {r['empty_one_us'] + r['limit_us']:.2f} µs, "
+            f"{r['limit_us'] / (r['empty_one_us'] + r['limit_us']):.1%}.")
 
 
 def large(result: dict) -> str:
