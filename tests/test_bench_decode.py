@@ -25,12 +25,14 @@ RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 3.0e12,
                    *({"kind": "tiles", "batch": 8, "context": 131072, "q_heads": 32, "kv_heads": 32, "block_n": n,
                       "stages": s, "splits": 1, "programs": 256, "chosen": (n, s) == (64, 3), "us": 4000.0 + n + s,
                       "share": 0.9} for n, s in ((128, 3), (64, 3), (64, 2))),
-                   *({"kind": "tile_memory", "block_n": n, "stages": s, "shared_per_sm": 233472, "estimate": p}
+                   *({"kind": "tile_memory", "block_n": n, "stages": s, "warps": 4, "shared_per_sm": 233472,
+                      "estimate": p}
                      | ({} if b is None else {"shared_bytes": b, "registers": r, "programs_per_sm": p,
                                               "programs_per_sm_registers": 65536 // (-(-r // 8) * 8 * 128)})
                      for n, s, b, r, p in ((128, 3, 139264, 143, 1), (64, 3, 71680, 90, 3), (64, 2, None, None, 5))),
                    *({"kind": "paged", "batch": 1, "context": 131072, "q_heads": 32, "kv_heads": 8, "pages": name,
-                      "us": 150.0, "share": 0.84} for name in ["contiguous", *map(str, bench.PAGE_SIZES)])]}
+                      "us": 150.0, "share": 0.84, "splits": 16, "block_n": 64, "stages": 3}
+                     for name in ["contiguous", *map(str, bench.PAGE_SIZES)])]}
 
 
 def test_targets_count_each_target_and_name_the_small_case():
@@ -44,10 +46,10 @@ def test_targets_end_with_the_gaps_sentence():
     assert bench.targets(RESULT).endswith(bench.gaps(RESULT))
 
 
-def test_paged_table_gives_the_split_count_where_recorded():
-    rows = [r | {"splits": 16, "block_n": 64, "stages": 2} if r["kind"] == "paged" else r for r in RESULT["rows"]]
-    assert "| 150.0 (84%), 16 splits, 64/2 |" in bench.paged_table({"rows": rows})
-    assert "| 150.0 (84%) |" in bench.paged_table(RESULT)
+def test_paged_table_gives_the_split_count_and_tile():
+    assert "| 150.0 (84%), 16 splits, 64/3 |" in bench.paged_table(RESULT)
+    one = [r | {"splits": 1} if r["kind"] == "paged" else r for r in RESULT["rows"]]
+    assert "| 150.0 (84%), 1 split, 64/3 |" in bench.paged_table({"rows": one})
 
 
 def test_plan_is_the_wrappers(device):
@@ -96,7 +98,8 @@ def test_tiles_table_and_copy_sentence():
 
 def test_paged_table_has_a_column_per_page_size():
     text = bench.paged_table(RESULT)
-    assert "| 1 | 131,072 | 32/8 | 150.0 (84%) |" in text and text.count("150.0 (84%)") == 1 + len(bench.PAGE_SIZES)
+    assert "| 1 | 131,072 | 32/8 | 150.0 (84%), 16 splits, 64/3 |" in text
+    assert text.count("150.0 (84%)") == 1 + len(bench.PAGE_SIZES)
 
 
 def test_plot_draws():

@@ -9,8 +9,11 @@ LARGE = {"kind": "floor", "pass": 0, "batch": 64, "context": 1024, "kernels": 1,
          "limit_us": 64.0, "empty_one_us": 2.0, "empty_two_us": 4.0, "ours_empty_us": 10.0, "ours_us": 80.0,
          "sdpa_cudnn_us": 78.0}
 WRITTEN = {"ours_written_us": 24.0, "sdpa_cudnn_written_us": 25.5}
-RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 4.2e12, "ways": {}}, ROW | WRITTEN, LARGE,
-                   ROW | {"pass": 1, "ours_us": 21.0}, LARGE | {"pass": 1, "sdpa_cudnn_us": 80.0}]}
+LAYERED = {"layers": 32, "layer_empty_one_us": 1.0, "layer_empty_two_us": 2.0, "layer_ours_empty_us": 5.0,
+           "layer_ours_us": 12.5, "layer_sdpa_cudnn_us": 16.0}
+RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 4.2e12, "ways": {}}, ROW | WRITTEN | LAYERED, LARGE,
+                   ROW | LAYERED | {"pass": 1, "ours_us": 21.0, "layer_ours_us": 13.0},
+                   LARGE | {"pass": 1, "sdpa_cudnn_us": 80.0}]}
 
 
 def test_table_has_every_graph_and_the_difference():
@@ -47,6 +50,18 @@ def test_clearing_table_sets_the_two_ways_of_clearing_side_by_side():
     assert bench.clearing({"rows": [LARGE]}).startswith("This run did not time")
 
 
+def test_layers_table_sets_a_step_alone_beside_a_step_per_layer():
+    text = bench.layers(RESULT)
+    # two empty 4.0 / 2.0, ours 20.0 / 12.5, cuDNN 22.0 / 16.0; 8 / 20, 8 / 12.5, 8 / 16
+    assert "| 1 | 8,192 | 32 | 8.0 | 4.0 | 2.0 | 20.0 | 12.5 | 22.0 | 16.0 | 40% | 64% | 50% |" in text
+    assert "| 64 | 1,024" not in text  # a row without the per-layer timings is left out
+    assert "for each of 32 layers" in text and "changed by at most 4.0%" in text  # 13.0 / 12.5
+    assert "our step takes 12.50 µs per layer, 64.0% of the limit (40.0% alone)" in text
+    assert "60% of the limit allows 13.33 µs" in text and "would take 10.00 µs, 80.0% of the limit" in text
+    assert "takes 5.00 µs per layer: 3.00 µs of its own fixed cost" in text
+    assert bench.layers({"rows": [LARGE]}).startswith("This run did not time")
+
+
 def test_repeat_table_compares_the_two_passes():
     text = bench.repeat(RESULT)
     assert "| 1 | 8,192 | 20.0 | 21.0 | 22.0 | 22.0 | 1.100 | 1.048 | 5.0% | 4.8% |" in text  # 21 / 20; 20 / 21
@@ -59,9 +74,11 @@ def test_a_row_runs_end_to_end_with_a_stand_in_timer(monkeypatch, device):
     """The row's own code (inputs, the checks of both steps' outputs, the fields the views read) on a small cache;
     only the GPU timer is a stand-in, which says 10 us for every graph."""
     monkeypatch.setattr(bench, "gpu_ms_interleaved", lambda fns, **_: {name: 0.01 for name in fns})
+    monkeypatch.setattr(bench, "LAYERS", 2)  # the interpreter runs each layer's step once, for the output check
     row = bench._row(2, 100, bandwidth=3.0e12, progress=lambda message: None, device=device, pass_=1)
     assert row["ours_us"] == 10.0 and row["ours_empty_us"] == 10.0 and row["empty_two_us"] == 10.0
     assert row["ours_written_us"] == 10.0  # timed again with the L2 cleared by writing
+    assert row["layers"] == 2 and row["layer_ours_us"] == 5.0  # one graph of both layers, divided by 2
     assert row["kv_bytes"] == 2 * 2 * 8 * 100 * 128 * 2 and row["limit_us"] == row["kv_bytes"] / 3.0e12 * 1e6
     assert row["pass"] == 1 and row["batch"] == 2 and row["kernels"] in (1, 2)
     assert "| 2 | 100 | 1 |" in bench.table({"rows": [row | {"pass": 0}]})

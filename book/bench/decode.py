@@ -396,12 +396,11 @@ def tiles_table(result: dict) -> str:
     return render.table(["batch", "context", "heads q/kv", "splits", "programs",
                          *(f"{n} keys, {s} stages: µs (of limit)" for n, s in TILES)], body) + (
         "\n\nfp16, head dim 128, one query per sequence, the wrapper's split count, from CUDA graphs taken in turns. "
-        "Bold: the tile the wrapper chooses. " + _tiles_misses(rows))
+        "Bold: the tile the wrapper chooses. " + _tiles_misses(rows, shapes))
 
 
-def _tiles_misses(rows: list[dict]) -> str:
+def _tiles_misses(rows: list[dict], shapes: list[tuple]) -> str:
     """At how many shapes the chosen tile is the fastest, and how far behind the fastest it is at the others."""
-    shapes = list(dict.fromkeys((r["batch"], r["context"], r["q_heads"], r["kv_heads"]) for r in rows))
     misses = []
     for shape in shapes:
         here = [r for r in rows if (r["batch"], r["context"], r["q_heads"], r["kv_heads"]) == shape]
@@ -422,7 +421,7 @@ def tile_memory_sentence(result: dict) -> str:
                 f"{r['shared_bytes'] / 1024:,.0f} KiB and {r['registers']} registers per thread: "
                 f"{r['programs_per_sm']} per SM by shared memory, {r['programs_per_sm_registers']} by registers")
              + f" (estimate: {r['estimate']})" for r in rows]
-    return (f"Per split program of {rows[0].get('warps', 4)} warps, read from the compiled kernel (head dim 128, "
+    return (f"Per split program of {rows[0]['warps']} warps, read from the compiled kernel (head dim 128, "
             f"fp16, 16 rows), against the "
             f"{rows[0]['shared_per_sm'] / 1024:,.0f} KiB of shared memory and {REGISTERS_PER_SM:,} registers of one "
             f"SM: " + "; ".join(parts) + ". The estimate counts shared memory only.")
@@ -444,8 +443,6 @@ def paged_table(result: dict) -> str:
 
 
 def _paged_cell(row: dict) -> str:
-    if "stages" not in row:
-        return _cell(row)
     splits = f"{row['splits']} split" + ("s" if row["splits"] != 1 else "")
     return f"{_cell(row)}, {splits}, {row['block_n']}/{row['stages']}"
 

@@ -8,7 +8,9 @@ graphs in turns (chapter 7's timer):
 - the book's step on the full cache, and cuDNN's (the fastest SDPA backend in chapter 12's decode run);
 
 beside the limit, the bytes of K and V over the copy bandwidth measured in the same run (as the decode benchmark
-measures it). The timer clears the L2 cache by reading, as the decode benchmark does (CLEAR_L2); our step and cuDNN's
+measures it). The same five graphs are timed again as a model's decode graph runs them: one graph of LAYERS layers, each
+with its own queries, keys and values and all sharing one tensor of lengths, its time divided by LAYERS. The timer
+clears the L2 cache by reading, as the decode benchmark does (CLEAR_L2); our step and cuDNN's
 are also timed with the L2 cleared by writing, as do_bench clears it, to measure what that choice changes. Every
 shape is timed twice, in two passes over all of them, so that the run shows how much its readings move between
 passes.
@@ -27,6 +29,7 @@ PASSES = 2
 Q_HEADS, KV_HEADS = 32, 8
 TARGET_CONTEXT = 8192  # the context of chapter 12's small-step target, at batch 1
 WRITTEN = ("ours", "sdpa_cudnn")  # also timed with the L2 cleared by writing
+LAYERS = 32  # the layers of the graph that times a step as a model's decode graph replays it
 NAMES = {"empty_one": "one empty kernel", "empty_two": "two empty kernels",
          "ours_empty": "ours, empty cache", "ours": "ours", "sdpa_cudnn": "cuDNN"}
 
@@ -42,36 +45,40 @@ def _empty_kernel():
     return empty
 
 
-def _steps(batch: int, context: int, device: str = "cuda") -> dict:
+def _steps(batch: int, context: int, device: str = "cuda", layers: int = 1) -> dict:
     """The callables timed at one shape, each checked first: the empty step gives zeros, ours matches the math
-    backend (on the first sequence)."""
+    backend (on the first sequence). With layers > 1, each callable runs its step once per layer, every layer on
+    its own queries, keys and values (as a model's layers are), all sharing the lengths (as a model's layers do)."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from kernels import flash_decoding
 
-    q = torch.randn(batch, Q_HEADS, 1, HEAD_DIM, device=device, dtype=torch.float16)
-    k, v = (torch.randn(batch, KV_HEADS, context, HEAD_DIM, device=device, dtype=torch.float16) for _ in range(2))
+    inputs = [(torch.randn(batch, Q_HEADS, 1, HEAD_DIM, device=device, dtype=torch.float16),
+               *(torch.randn(batch, KV_HEADS, context, HEAD_DIM, device=device, dtype=torch.float16) for _ in range(2)))
+              for _ in range(layers)]
+    q, k, v = inputs[0]
     full = torch.full((batch,), context, device=device, dtype=torch.int32)
     empty = torch.zeros_like(full)
+    empty_kernel = _empty_kernel()
 
     def cudnn():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-
-    empty_kernel = _empty_kernel()
+            return [torch.nn.functional.scaled_dot_product_attention(*x, enable_gqa=True) for x in inputs][0]
 
     def one():
-        empty_kernel[(1,)]()
+        for _ in inputs:
+            empty_kernel[(1,)]()
 
     def two():
-        empty_kernel[(1,)]()
-        empty_kernel[(1,)]()
+        for _ in inputs:
+            empty_kernel[(1,)]()
+            empty_kernel[(1,)]()
 
     # check_lengths=False, as in the decode benchmark: the host-side check cannot be captured in a graph.
     steps = {"empty_one": one, "empty_two": two,
-             "ours_empty": lambda: flash_decoding.decode(q, k, v, empty, check_lengths=False),
-             "ours": lambda: flash_decoding.decode(q, k, v, full, check_lengths=False)}
+             "ours_empty": lambda: [flash_decoding.decode(*x, empty, check_lengths=False) for x in inputs][0],
+             "ours": lambda: [flash_decoding.decode(*x, full, check_lengths=False) for x in inputs][0]}
     if device == "cuda":
         steps["sdpa_cudnn"] = cudnn
     expected = torch.nn.functional.scaled_dot_product_attention(q[:1].float(), k[:1].float(), v[:1].float(),
@@ -102,12 +109,16 @@ def _row(batch: int, context: int, bandwidth: float, progress: Progress, device:
     times = gpu_ms_interleaved(steps, budget_ms=1500, clear_l2=CLEAR_L2)
     written = gpu_ms_interleaved({name: steps[name] for name in WRITTEN if name in steps}, budget_ms=1500,
                                  clear_l2="write")
+    del steps
+    layered = gpu_ms_interleaved(_steps(batch, context, device, LAYERS), budget_ms=3000, clear_l2=CLEAR_L2)
     kv_bytes = 2 * batch * KV_HEADS * context * HEAD_DIM * 2
     row = {"kind": "floor", "pass": pass_, "batch": batch, "context": context,
            "kernels": _kernels(batch, context, device), "kv_bytes": kv_bytes,
            "limit_us": kv_bytes / bandwidth * 1e6}
     row |= {f"{name}_us": times[name] * 1e3 if name in times else None for name in NAMES}
     row |= {f"{name}_written_us": written[name] * 1e3 if name in written else None for name in WRITTEN}
+    row |= {"layers": LAYERS} | {f"layer_{name}_us": layered[name] * 1e3 / LAYERS if name in layered else None
+                                 for name in NAMES}
     timed = ", ".join(f"{name} {row[f'{name}_us']:.1f} us" for name in NAMES if row[f"{name}_us"] is not None)
     progress(f"pass {pass_ + 1}, B={batch} L={context}: {timed}; limit {row['limit_us']:.1f} us")
     return row
@@ -212,6 +223,43 @@ def clearing(result: dict) -> str:
         f"does, added {min(added):.1f} to {max(added):.1f} µs to a step.")
 
 
+def layers(result: dict) -> str:
+    """Each step timed alone (one call per graph) and per layer of a graph of many layers, beside the limit."""
+    rows = [r for r in _floor_rows(result) if r.get("layer_ours_us") is not None]
+    if not rows:
+        return "This run did not time the steps inside a graph of many layers."
+    body = [[str(r["batch"]), f"{r['context']:,}", f"{r['kv_bytes'] / MiB:,.0f}", f"{r['limit_us']:.1f}",
+             *(f"{r[f'{prefix}{name}_us']:.1f}" for name in ("empty_two", "ours", "sdpa_cudnn")
+               for prefix in ("", "layer_")),
+             f"{r['limit_us'] / r['ours_us']:.0%}", f"{r['limit_us'] / r['layer_ours_us']:.0%}",
+             f"{r['limit_us'] / r['layer_sdpa_cudnn_us']:.0%}"] for r in rows]
+    r = next(r for r in rows if r["context"] == TARGET_CONTEXT and r["batch"] == 1)
+    two = r["layer_empty_two_us"]
+    second = {(x["batch"], x["context"]): x for x in _floor_rows(result, 1)}
+    moves = [abs(again[f"layer_{name}_us"] / first[f"layer_{name}_us"] - 1) for first in rows
+             if (again := second.get((first["batch"], first["context"]))) is not None
+             for name in ("ours", "sdpa_cudnn")]
+    table_ = render.table(["batch", "context", "K+V MiB", "limit µs", "two empty kernels, alone µs",
+                           "two empty kernels, per layer µs", "ours, alone µs", "ours, per layer µs",
+                           "cuDNN, alone µs", "cuDNN, per layer µs", "ours alone, of the limit",
+                           "ours per layer, of the limit", "cuDNN per layer, of the limit"], body)
+    return table_ + (
+        f"\n\nAlone: each step in a graph of its own, as in the tables above. Per layer: one graph runs the step for "
+        f"each of {r['layers']} layers, every layer with its own queries, keys and values and all of them sharing one "
+        f"tensor of lengths, and its time is divided by {r['layers']}. First pass; the L2 cache cleared by reading "
+        f"before each graph."
+        + (f" Between passes, ours and cuDNN's per layer changed by at most {max(moves):.1%}." if moves else "")
+        + f"\n\nPer layer, two empty kernels take {two:.1f} µs at batch 1 with {TARGET_CONTEXT:,} keys, against "
+        f"{r['empty_two_us']:.1f} µs alone. There our step takes {r['layer_ours_us']:.2f} µs per layer, "
+        f"{r['limit_us'] / r['layer_ours_us']:.1%} of the limit ({r['limit_us'] / r['ours_us']:.1%} alone), and "
+        f"cuDNN's {r['layer_sdpa_cudnn_us']:.2f} µs ({r['limit_us'] / r['layer_sdpa_cudnn_us']:.1%}). "
+        f"{TARGET_SMALL:.0%} of the limit allows {r['limit_us'] / TARGET_SMALL:.2f} µs; two empty kernels per layer "
+        f"and then a read at the copy's rate would take {two + r['limit_us']:.2f} µs, "
+        f"{r['limit_us'] / (two + r['limit_us']):.1%} of the limit. Our step on an empty cache takes "
+        f"{r['layer_ours_empty_us']:.2f} µs per layer: {r['layer_ours_empty_us'] - two:.2f} µs of its own fixed "
+        f"cost beyond the two empty kernels.")
+
+
 def repeat(result: dict) -> str:
     """Both passes side by side: our step and cuDNN's in each, how far each moved, and how far their ratio moved."""
     second = {(r["batch"], r["context"]): r for r in _floor_rows(result, 1)}
@@ -244,6 +292,7 @@ BENCHMARK = Benchmark(
     title="Chapter 12: where a small decode step's time goes",
     sources=["kernels/flash_decoding.py", "book/bench/decode.py", "book/bench/decode_floor.py"],
     run=run,
-    views={"table": table, "target": target, "large": large, "clearing": clearing, "repeat": repeat},
+    views={"table": table, "target": target, "large": large, "clearing": clearing, "layers": layers,
+           "repeat": repeat},
     awaiting_gpu="issue 21: the floor benchmark's first GPU run",
 )
