@@ -40,6 +40,7 @@ MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
 # (keys per tile, pipeline stages), the most bytes of K and V in flight per program first (chapter 12's tiles table)
 TILES = ((128, 3), (64, 3), (64, 2))
 NUM_WARPS = 4  # one warpgroup
+SHORT_SPLIT = 2048  # keys per split up to which a grid in fewer waves beats more bytes in flight (chapter 12's tiles)
 MAX_SPLITS = 128
 
 
@@ -169,9 +170,12 @@ def programs_per_sm(block_n: int, num_stages: int, rows: int, head_dim_pad: int,
     return max(1, shared_per_sm // (per_program + 1024))
 
 
-def choose_tile(programs: int, sm_count: int, per_sm: list[int]) -> int:
-    """Which tile (an index into per_sm, the programs per SM of each) runs the grid in the fewest waves; on a tie
-    the first, the one with the most bytes in flight per program."""
+def choose_tile(programs: int, sm_count: int, per_sm: list[int], split_keys: int) -> int:
+    """Which tile (an index into per_sm, the programs per SM of each). For splits of at most SHORT_SPLIT keys, the one
+    that runs the grid in the fewest waves, on a tie the first; for longer splits the first, the one with the most
+    bytes of K and V in flight per program."""
+    if split_keys > SHORT_SPLIT:
+        return 0
     waves = [math.ceil(programs / (sm_count * n)) for n in per_sm]
     return waves.index(min(waves))
 
@@ -195,7 +199,8 @@ def plan(q: torch.Tensor, kv_heads: int, capacity: int, page_size: int = 0, num_
     per_sm = [programs_per_sm(n, s, rows, head_dim_pad, q.element_size(), shared) for n, s in tiles]
     if num_splits is None:
         num_splits = choose_splits(q.shape[0], kv_heads, capacity, sm_count, tiles[0][0], per_sm[0])
-    block_n, num_stages = tiles[choose_tile(q.shape[0] * kv_heads * num_splits, sm_count, per_sm)]
+    split_keys = math.ceil(capacity / num_splits)
+    block_n, num_stages = tiles[choose_tile(q.shape[0] * kv_heads * num_splits, sm_count, per_sm, split_keys)]
     return num_splits, block_n, num_stages
 # --8<-- [end:tiles]
 

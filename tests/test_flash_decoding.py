@@ -144,12 +144,19 @@ def test_choose_splits_fills_whole_waves_with_no_split_under_a_tile():
     assert fd.choose_splits(batch=1, kv_heads=8, capacity=100, sm_count=132) == 1  # no split under a tile
 
 
-def test_choose_tile_runs_the_grid_in_the_fewest_waves():
+def test_choose_tile_runs_short_splits_in_the_fewest_waves():
     per_sm = [1, 3, 5]  # 128 keys and 3 stages, 64 and 3, 64 and 2, at head dim 128 in fp16 (the tiles table)
-    assert fd.choose_tile(128, 132, per_sm) == 0  # one wave whatever the tile: the most bytes in flight wins
-    assert fd.choose_tile(256, 132, per_sm) == 1  # two waves of one program per SM, or one of up to three
-    assert fd.choose_tile(512, 132, per_sm) == 2  # 4, 2 or 1 waves
-    assert fd.choose_tile(2048, 132, per_sm) == 2  # 16, 6 or 4 waves
+    short = fd.SHORT_SPLIT
+    assert fd.choose_tile(128, 132, per_sm, short) == 0  # one wave whatever the tile: the most bytes in flight wins
+    assert fd.choose_tile(256, 132, per_sm, short) == 1  # two waves of one program per SM, or one of up to three
+    assert fd.choose_tile(512, 132, per_sm, 1024) == 2  # 4, 2 or 1 waves
+    assert fd.choose_tile(2048, 132, per_sm, 1024) == 2  # 16, 6 or 4 waves
+
+
+def test_choose_tile_keeps_the_most_bytes_in_flight_for_long_splits():
+    per_sm = [1, 3, 5]
+    assert fd.choose_tile(512, 132, per_sm, fd.SHORT_SPLIT + 1) == 0  # 4 waves, but each program reads long
+    assert fd.choose_tile(256, 132, per_sm, 131072) == 0
 
 
 def test_programs_per_sm_counts_the_pipeline_and_the_staged_tiles():
@@ -169,6 +176,19 @@ def test_plan_keeps_what_is_given_and_caps_the_tile_at_the_page():
     assert fd.plan(q, 2, 1024, page_size=16) == (1, 16, 3)
     assert fd.plan(q, 2, 1024, block_n=32, num_stages=2) == (1, 32, 2)
     assert fd.plan(q, 2, 1024, page_size=16, block_n=64) == (1, 16, 3)
+
+
+@pytest.mark.gpu
+def test_plan_takes_the_tile_by_the_keys_each_split_reads():
+    """On a GPU of about 132 SMs with 228 KiB of shared memory each (an H100 or H200): 512 programs at head dim 128 in
+    fp16 take 64-key tiles with two stages, one wave, where each reads 1,024 keys, and 128-key tiles where it reads
+    8,192."""
+    props = torch.cuda.get_device_properties(0)
+    if not (128 <= props.multi_processor_count <= 144 and props.shared_memory_per_multiprocessor >= 228 * 1024):
+        pytest.skip("the counts below are for a GPU of about 132 SMs with 228 KiB of shared memory each")
+    q = torch.zeros(64, 32, 1, 128, device="cuda", dtype=torch.float16)
+    assert fd.plan(q, 8, 1024) == (1, 64, 2)
+    assert fd.plan(q, 8, 8192) == (1, 128, 3)
 
 
 @pytest.mark.parametrize(("change", "error", "message"), [

@@ -37,7 +37,7 @@ SPLIT_COUNTS = [1, 2, 4, 8, 16, 32, 64]
 SPLIT_CONTEXTS = [1024, 8192, 131072]  # a 1K cache has 8 tiles of 128 keys: its splits past 8 hold no key
 # Grids of 128, 256, 512 and 2,048 split programs on the H200's 132 SMs, with short and long caches
 TILE_SHAPES = [(1, 131072, (32, 32)), (8, 1024, (32, 32)), (8, 131072, (32, 32)), (64, 1024, (32, 8)),
-               (64, 32768, (32, 8)), (64, 8192, (32, 32))]
+               (64, 2048, (32, 8)), (64, 4096, (32, 8)), (64, 32768, (32, 8)), (64, 8192, (32, 32))]
 PAGE_SIZES = [16, 64, 128]  # keys per page; a tile never straddles two pages, so pages of 16 mean tiles of 16
 # The timer clears the L2 cache before each call by reading 256 MiB, not by writing it as do_bench does: a decode step
 # only reads, and the written lines would go back to memory inside the timed step (chapter 12 measures how much).
