@@ -51,11 +51,13 @@ def _decode_split(Q, K, V, Lens, BlockTable, OPart, LsePart, Out, Lse, qk_scale,
                   stride_vb, stride_vh, stride_vn, stride_table, N_Q, KV_HEADS, SPLIT_KEYS, CAPACITY,
                   GROUP: tl.constexpr, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                   NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr,
-                  DOT_PRECISION: tl.constexpr):
+                  DOT_PRECISION: tl.constexpr, PDL: tl.constexpr):
     # Grid: (splits, batch * KV heads). One program: the keys [split * SPLIT_KEYS, ...) of one KV head, against
     # every query of the GROUP query heads that share it (GROUP * N_Q rows of one tile).
     # PAGE_SIZE = 0: K and V are (batch, KV heads, capacity, D). Otherwise they are pools of pages,
     # (pages, KV heads, PAGE_SIZE, D), and row b of BlockTable lists the pages of sequence b in order.
+    if PDL:  # launched early (programmatic dependent launch): wait until the kernel before it has finished
+        tl.extra.cuda.gdc_wait()
     split = tl.program_id(0)
     batch = (tl.program_id(1) // KV_HEADS).to(tl.int64)  # 64-bit: batch x stride passes 2^31 on long caches
     kv_head = (tl.program_id(1) % KV_HEADS).to(tl.int64)
@@ -116,14 +118,18 @@ def _decode_split(Q, K, V, Lens, BlockTable, OPart, LsePart, Out, Lse, qk_scale,
         tl.store(OPart + (part[:, None] * NUM_SPLITS + split) * HEAD_DIM_PAD + offs_d[None, :], out,
                  mask=row_ok[:, None])
         tl.store(LsePart + part * NUM_SPLITS + split, lse, mask=row_ok)
+    if PDL:  # this program's work is done: the next kernel may launch
+        tl.extra.cuda.gdc_launch_dependents()
 # --8<-- [end:split]
 
 
 # --8<-- [start:merge]
 @triton.jit
 def _decode_merge(OPart, LsePart, Out, Lse, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
-                  NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr):
+                  NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr, PDL: tl.constexpr):
     # Grid: (batch * query heads * new queries,). One program merges one row's partial states (chapter 4).
+    if PDL:
+        tl.extra.cuda.gdc_wait()  # the split kernel's partial states are all written
     row = tl.program_id(0).to(tl.int64)
     splits = tl.arange(0, SPLITS_PAD)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
@@ -138,6 +144,8 @@ def _decode_merge(OPart, LsePart, Out, Lse, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD
     tl.store(Out + row * HEAD_DIM + offs_d, out.to(Out.dtype.element_ty), mask=offs_d < HEAD_DIM)
     lse_out = (m_safe + tl.math.log2(tl.where(total > 0, total, 1.0))) * 0.6931471805599453  # natural log
     tl.store(Lse + row, tl.where(total > 0, lse_out, float("-inf")))
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
 # --8<-- [end:merge]
 
 
@@ -251,6 +259,12 @@ def validate_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                          f"{cache_lens.dtype} of shape {tuple(cache_lens.shape)}")
 
 
+def programmatic_launch(device: torch.device) -> bool:
+    """Whether to launch the kernels with programmatic dependent launch: on a GPU of compute capability 9.0 or newer
+    (Hopper), not in Triton's CPU interpreter."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
 # --8<-- [start:wrapper]
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor, *,
            block_table: torch.Tensor | None = None, sm_scale: float | None = None, num_splits: int | None = None,
@@ -317,15 +331,18 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_
     lens = cache_lens.to(torch.int32)
     split_keys = triton.cdiv(triton.cdiv(max(capacity, 1), num_splits), block_n) * block_n
     table = lens if block_table is None else block_table.contiguous()  # without pages: a pointer never read
+    pdl = programmatic_launch(q.device)
     _decode_split[(num_splits, batch * kv_heads)](
         q, k_cache, v_cache, lens, table, o_part, lse_part, out, lse, sm_scale * LOG2_E,
         *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], table.stride(0), n_q, kv_heads, split_keys,
         capacity,
         GROUP=group, ROWS=_rows(group * n_q), HEAD_DIM=head_dim,
         HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=num_splits, BLOCK_N=block_n, PAGE_SIZE=page_size,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=NUM_WARPS, num_stages=num_stages)
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PDL=pdl, num_warps=NUM_WARPS,
+        num_stages=num_stages, launch_pdl=pdl)
     if num_splits > 1:
         _decode_merge[(rows,)](o_part, lse_part, out, lse, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
-                               NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits))
+                               NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits), PDL=pdl,
+                               launch_pdl=pdl)
     return (out, lse) if return_lse else out
 # --8<-- [end:wrapper]

@@ -169,6 +169,12 @@ def test_programs_per_sm_counts_the_pipeline_and_the_staged_tiles():
     assert fd.programs_per_sm(128, 3, 16, 128, 2, 0) == 1  # at least one, always
 
 
+def test_programmatic_launch_only_on_a_hopper_gpu():
+    assert not fd.programmatic_launch(torch.device("cpu"))  # the interpreter cannot run gdc_wait
+    if torch.cuda.is_available():
+        assert fd.programmatic_launch(torch.device("cuda")) == (torch.cuda.get_device_capability()[0] >= 9)
+
+
 def test_plan_keeps_what_is_given_and_caps_the_tile_at_the_page():
     q = torch.zeros(1, 8, 1, 32)  # on the CPU: a stand-in GPU of two SMs with one program each
     assert fd.plan(q, 2, 1024) == (1, 128, 3)  # 2 programs fill both SMs
