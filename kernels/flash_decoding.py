@@ -261,8 +261,8 @@ def validate_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
 
 def programmatic_launch(device: torch.device) -> bool:
     """Whether to launch the kernels with programmatic dependent launch: on a GPU of compute capability 9.0 or newer
-    (Hopper), not in Triton's CPU interpreter."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+    (Hopper), never under Triton's interpreter, which cannot run gdc_wait, even with CUDA tensors."""
+    return device.type == "cuda" and not kernels.interpreting() and torch.cuda.get_device_capability(device)[0] >= 9
 
 
 # --8<-- [start:wrapper]
