@@ -5,14 +5,10 @@ bf16 with longer caches.
 """
 
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from book import ROOT
 from kernels import flash_decoding as fd
 
 RTOL = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
@@ -180,29 +176,6 @@ def test_programmatic_launch_only_on_a_hopper_gpu_outside_the_interpreter(monkey
     if torch.cuda.is_available():
         monkeypatch.setenv("TRITON_INTERPRET", "0")
         assert fd.programmatic_launch(torch.device("cuda")) == (torch.cuda.get_device_capability()[0] >= 9)
-
-
-# A learner on a GPU machine who sets TRITON_INTERPRET=1 to step through the kernels passes CUDA tensors.
-INTERPRETED_ON_A_GPU = r"""
-import torch
-from kernels import flash_decoding as fd
-from tests.test_flash_decoding import make, reference
-q, k, v = make(2, 4, 2, 2, 48, 32, torch.float32, "cuda")
-lens = torch.tensor([37, 0], device="cuda")
-out, lse = fd.decode(q, k, v, lens, num_splits=3, block_n=16, return_lse=True)
-want_out, want_lse = reference(q, k, v, lens)
-assert torch.allclose(out.double().cpu(), want_out, rtol=1e-4, atol=1e-5), "output"
-assert torch.equal(lse.isinf().cpu(), want_lse.isinf()), "empty rows"
-print("ok")
-"""
-
-
-@pytest.mark.gpu
-def test_the_interpreter_runs_the_kernels_on_cuda_tensors():
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", INTERPRETED_ON_A_GPU], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout[-2000:] + done.stderr[-3000:]
 
 
 def test_plan_keeps_what_is_given_and_caps_the_tile_at_the_page():
