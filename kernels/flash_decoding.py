@@ -178,11 +178,11 @@ def programs_per_sm(block_n: int, num_stages: int, rows: int, head_dim_pad: int,
     return max(1, shared_per_sm // (per_program + 1024))
 
 
-def choose_tile(programs: int, sm_count: int, per_sm: list[int], split_keys: int) -> int:
+def choose_tile(programs: int, sm_count: int, per_sm: list[int], keys_per_split: int) -> int:
     """Which tile (an index into per_sm, the programs per SM of each). For splits of at most SHORT_SPLIT keys, the one
     that runs the grid in the fewest waves, on a tie the first; for longer splits the first, the one with the most
     bytes of K and V in flight per program."""
-    if split_keys > SHORT_SPLIT:
+    if keys_per_split > SHORT_SPLIT:
         return 0
     waves = [math.ceil(programs / (sm_count * n)) for n in per_sm]
     return waves.index(min(waves))
@@ -207,8 +207,8 @@ def plan(q: torch.Tensor, kv_heads: int, capacity: int, page_size: int = 0, num_
     per_sm = [programs_per_sm(n, s, rows, head_dim_pad, q.element_size(), shared) for n, s in tiles]
     if num_splits is None:
         num_splits = choose_splits(q.shape[0], kv_heads, capacity, sm_count, tiles[0][0], per_sm[0])
-    split_keys = math.ceil(capacity / num_splits)
-    block_n, num_stages = tiles[choose_tile(q.shape[0] * kv_heads * num_splits, sm_count, per_sm, split_keys)]
+    keys_per_split = math.ceil(capacity / num_splits)
+    block_n, num_stages = tiles[choose_tile(q.shape[0] * kv_heads * num_splits, sm_count, per_sm, keys_per_split)]
     return num_splits, block_n, num_stages
 # --8<-- [end:tiles]
 
@@ -329,7 +329,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_
     else:  # no partial states: the kernel writes out and lse itself
         o_part, lse_part = out, lse
     lens = cache_lens.to(torch.int32)
-    split_keys = triton.cdiv(triton.cdiv(max(capacity, 1), num_splits), block_n) * block_n
+    split_keys = triton.cdiv(triton.cdiv(max(capacity, 1), num_splits), block_n) * block_n  # whole tiles per split
     table = lens if block_table is None else block_table.contiguous()  # without pages: a pointer never read
     pdl = programmatic_launch(q.device)
     _decode_split[(num_splits, batch * kv_heads)](

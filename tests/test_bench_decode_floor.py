@@ -32,13 +32,14 @@ def test_target_sentence_computes_what_sixty_percent_allows():
     assert "would take 12.00 µs, 66.7% of the limit; with one kernel, 10.00 µs, 80.0%." in text
 
 
-def test_large_sentence_takes_the_256_mib_shape_apart():
+def test_large_table_takes_the_256_mib_shape_apart():
     text = bench.large(RESULT)
-    assert "At batch 64 with 1,024 keys (256 MiB) the limit is 64.0 µs and 85% of it allows 75.3 µs." in text
-    assert "Our step takes 80.0 µs (80% of the limit) and cuDNN's 78.0 µs (82%)." in text
-    assert "10.0 µs on an empty cache, 8.0 µs of it its own fixed cost, and 70.0 µs more to read, 1.09 times" in text
-    assert "would take 74.0 µs, 86% of the limit." in text  # 64 / (10 + 64)
-    assert "batch 1 " not in text  # 32 MiB is not a large shape
+    # 64 / 0.85 = 75.3; 64 / 80, 64 / 78; empty 10.0, own fixed 10 - 2 (one kernel), reading 70 = 1.09 x 64;
+    # 10 + 64 = 74.0, 64 / 74 = 86%
+    assert ("| 64 | 1,024 | 256 | 64.0 | 75.3 | 80.0 (80%) | 78.0 (82%) | 10.0 | 8.0 | 70.0 | 1.09 | 74.0 (86%) |"
+            in text)
+    assert "| 1 | 8,192" not in text  # 32 MiB is not a large shape
+    assert text.count("\n| 64 | 1,024") == 1  # the first pass only
 
 
 def test_clearing_table_sets_the_two_ways_of_clearing_side_by_side():

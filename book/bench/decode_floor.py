@@ -179,22 +179,26 @@ def target(result: dict) -> str:
 
 
 def large(result: dict) -> str:
-    """The shapes of 256 MiB or more taken apart: the step's time against what the 85% target allows, and what a
-    step with the same empty-cache time that then read at the copy's rate would reach."""
-    sentences = []
+    """The shapes of 256 MiB or more taken apart: the step's time against what the 85% target allows, its empty-cache
+    time and its reading, and what a step with the same empty-cache time that then read at the copy's rate would
+    reach."""
+    body = []
     for r in (r for r in _floor_rows(result) if r["kv_bytes"] >= LARGE_BYTES):
         reading = r["ours_us"] - r["ours_empty_us"]
-        sentences.append(
-            f"At batch {r['batch']} with {r['context']:,} keys ({r['kv_bytes'] / MiB:,.0f} MiB) the limit is "
-            f"{r['limit_us']:.1f} µs and {TARGET_LARGE:.0%} of it allows {r['limit_us'] / TARGET_LARGE:.1f} µs. Our "
-            f"step takes {r['ours_us']:.1f} µs ({r['limit_us'] / r['ours_us']:.0%} of the limit) and cuDNN's "
-            f"{r['sdpa_cudnn_us']:.1f} µs ({r['limit_us'] / r['sdpa_cudnn_us']:.0%}). Ours takes "
-            f"{r['ours_empty_us']:.1f} µs on an empty cache, {_own_fixed_us(r):.1f} µs of it its own fixed cost, and "
-            f"{reading:.1f} µs more to read, {reading / r['limit_us']:.2f} times the copy's time for the same bytes. "
-            f"After the same empty-cache time, reading at the copy's rate would take "
-            f"{r['ours_empty_us'] + r['limit_us']:.1f} µs, {r['limit_us'] / (r['ours_empty_us'] + r['limit_us']):.0%} "
-            f"of the limit.")
-    return " ".join(sentences)
+        body.append([str(r["batch"]), f"{r['context']:,}", f"{r['kv_bytes'] / MiB:,.0f}", f"{r['limit_us']:.1f}",
+                     f"{r['limit_us'] / TARGET_LARGE:.1f}",
+                     f"{r['ours_us']:.1f} ({r['limit_us'] / r['ours_us']:.0%})",
+                     f"{r['sdpa_cudnn_us']:.1f} ({r['limit_us'] / r['sdpa_cudnn_us']:.0%})",
+                     f"{r['ours_empty_us']:.1f}", f"{_own_fixed_us(r):.1f}", f"{reading:.1f}",
+                     f"{reading / r['limit_us']:.2f}",
+                     f"{r['ours_empty_us'] + r['limit_us']:.1f} "
+                     f"({r['limit_us'] / (r['ours_empty_us'] + r['limit_us']):.0%})"])
+    return render.table(["batch", "context", "K+V MiB", "limit µs", f"{TARGET_LARGE:.0%} of the limit allows µs",
+                         "ours µs (of the limit)", "cuDNN µs (of the limit)", "ours, empty cache µs",
+                         "our own fixed cost µs", "the reading µs", "the reading over the copy's time",
+                         "ours on an empty cache, then a read at the copy's rate µs (of the limit)"], body) + (
+        "\n\nThe first pass of the fixed-cost table's run, 32 query heads: its times differ a little from the decode "
+        "table's.")
 
 
 def clearing(result: dict) -> str:
@@ -219,8 +223,8 @@ def clearing(result: dict) -> str:
                          "ours, cleared by writing µs", "ours: added µs", "cuDNN, cleared by reading µs",
                          "cuDNN, cleared by writing µs", "cuDNN: added µs", "ours cleared by writing, of the limit"],
                         body) + (
-        f"\n\nThe same graphs, first pass. Clearing the L2 cache by writing 256 MiB before each call, as do_bench "
-        f"does, added {min(added):.1f} to {max(added):.1f} µs to a step.")
+        f"\n\nThe same graphs, the first of two passes. Clearing the L2 cache by writing 256 MiB before each call, "
+        f"as do_bench does, added {min(added):.1f} to {max(added):.1f} µs to a step.")
 
 
 def layers(result: dict) -> str:
@@ -246,8 +250,8 @@ def layers(result: dict) -> str:
     return table_ + (
         f"\n\nAlone: each step in a graph of its own, as in the tables above. Per layer: one graph runs the step for "
         f"each of {r['layers']} layers, every layer with its own queries, keys and values and all of them sharing one "
-        f"tensor of lengths, and its time is divided by {r['layers']}. First pass; the L2 cache cleared by reading "
-        f"before each graph."
+        f"tensor of lengths, and its time is divided by {r['layers']}. The first of two passes (the last table "
+        f"compares them); the L2 cache cleared by reading before each graph."
         + (f" Between passes, ours and cuDNN's per layer changed by at most {max(moves):.1%}." if moves else "")
         + f"\n\nPer layer, two empty kernels take {two:.1f} µs at batch 1 with {TARGET_CONTEXT:,} keys, against "
         f"{r['empty_two_us']:.1f} µs alone. There our step takes {r['layer_ours_us']:.2f} µs per layer, "
