@@ -1,4 +1,4 @@
-"""Chapter 12: where a decode step's time goes. With 32 query heads on 8 KV heads, head dim 128, fp16, at batch 1
+"""Chapter 13: where a small decode step's time goes. With 32 query heads on 8 KV heads, head dim 128, fp16, at batch 1
 for a few cache lengths and at the two shapes of 256 MiB (the closest to the 85% target), one run times from CUDA
 graphs in turns (chapter 7's timer):
 
@@ -38,9 +38,11 @@ def _empty_kernel():
     """A Triton kernel that does nothing: timing its launch measures what every kernel pays to start and end."""
     import triton
 
+    # --8<-- [start:empty]
     @triton.jit
     def empty():
         pass
+    # --8<-- [end:empty]
 
     return empty
 
@@ -54,6 +56,7 @@ def _steps(batch: int, context: int, device: str = "cuda", layers: int = 1) -> d
 
     from kernels import flash_decoding
 
+    # --8<-- [start:steps]
     inputs = [(torch.randn(batch, Q_HEADS, 1, HEAD_DIM, device=device, dtype=torch.float16),
                *(torch.randn(batch, KV_HEADS, context, HEAD_DIM, device=device, dtype=torch.float16) for _ in range(2)))
               for _ in range(layers)]
@@ -81,6 +84,7 @@ def _steps(batch: int, context: int, device: str = "cuda", layers: int = 1) -> d
              "ours": lambda: [flash_decoding.decode(*x, full, check_lengths=False) for x in inputs][0]}
     if device == "cuda":
         steps["sdpa_cudnn"] = cudnn
+    # --8<-- [end:steps]
     expected = torch.nn.functional.scaled_dot_product_attention(q[:1].float(), k[:1].float(), v[:1].float(),
                                                                 enable_gqa=True)
     got = steps["ours"]()[:1].float()
@@ -197,8 +201,8 @@ def large(result: dict) -> str:
                          "ours µs (of the limit)", "cuDNN µs (of the limit)", "ours, empty cache µs",
                          "our own fixed cost µs", "the reading µs", "the reading over the copy's time",
                          "ours on an empty cache, then a read at the copy's rate µs (of the limit)"], body) + (
-        "\n\nThe first pass of the fixed-cost table's run, 32 query heads: its times differ a little from the decode "
-        "table's.")
+        "\n\nThe first pass of the fixed-cost table's run, 32 query heads: its times differ a little from chapter 12's "
+        "decode table.")
 
 
 def clearing(result: dict) -> str:
@@ -292,8 +296,8 @@ def repeat(result: dict) -> str:
 
 BENCHMARK = Benchmark(
     name="decode_floor",
-    chapter="ch12",
-    title="Chapter 12: where a small decode step's time goes",
+    chapter="ch13",
+    title="Chapter 13: where a small decode step's time goes",
     sources=["kernels/flash_decoding.py", "book/bench/decode.py", "book/bench/decode_floor.py"],
     run=run,
     views={"table": table, "target": target, "large": large, "clearing": clearing, "layers": layers,
