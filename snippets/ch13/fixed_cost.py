@@ -5,7 +5,7 @@ MiB = 2**20
 rate = 4.8e12  # bytes per second: the H200's memory bandwidth (datasheet), standing in for the copy's rate
 print("fixed cost | K+V     | reading  | share")
 for fixed_us in (8.0, 4.0):  # two example fixed costs, in microseconds (chapter 13 measures the real ones)
-    for mib in (4, 32, 128, 256):  # K and V of one decode step: the sizes of chapter 12's targets
+    for mib in (4, 32, 128, 256):  # K and V of one decode step: sizes of chapter 12's rows
         read_us = mib * MiB / rate * 1e6
         print(f"{fixed_us:7.0f} us | {mib:3d} MiB | {read_us:5.1f} us | {read_us / (fixed_us + read_us):4.0%}")
 for fixed_us in (8.0, 4.0):
