@@ -1,5 +1,6 @@
 # One warpgroup's tile: 64 query rows against 128 keys at head dim d, on one SM, at published peak rates:
-# tensor cores 4096 dense fp16 FLOPs per clock (H100 whitepaper: 989 TFLOP/s = 132 SMs x 4096 x 1.83 GHz);
+# tensor cores 4096 dense fp16 FLOPs per clock (the H100 datasheet's 989 TFLOP/s = 132 SMs x 4096 x 1.83 GHz,
+# our arithmetic);
 # SFUs 16 exp2 per clock and FMA units 128 fp32 FMAs per clock (CUDA C++ Programming Guide, compute
 # capability 9.0, arithmetic instruction throughput).
 TENSOR_FLOPS_PER_CLOCK, EXP2_PER_CLOCK, FMA_PER_CLOCK = 4096, 16, 128
