@@ -101,7 +101,7 @@ def test_a_build_without_the_books_steps_fails_the_site_check(tmp_path):
     done = build(book, tmp_path / "site", strict=False)
     assert done.returncode == 0, done.stderr[-3000:]
     found = site_check.problems(tmp_path / "site", docs=book / "docs")
-    assert any("the results marker 'vector_add crossover' was not rendered" in line for line in found)
+    assert any("the results marker 'vector_add table' was not rendered" in line for line in found)
     assert any("the stepper marker" in line for line in found)
     assert any("the figure marker" in line for line in found)
     assert any("ch12_decoding.ipynb: not rendered to a page" in line for line in found)
