@@ -1,23 +1,29 @@
 """Chapter 12's search benchmark: its views on a small fake result, and its row run end to end on a small shape with a
 stand-in timer (no GPU needed; nothing is written)."""
 
+from book import results
 from book.bench import decode_search as bench
 
+PROVENANCE = {"gpu": "g", "gpu_slug": "g", "sm_count": 1, "driver": "d", "cuda": "c", "torch": "t", "triton": "t",
+              "date": "2026-01-01T00:00:00Z", "commit": "c", "sources": {"a": "missing"}}
 
-def _config(splits, block_n, stages, us):
-    return {"splits": splits, "block_n": block_n, "stages": stages, "us": us}
+
+def _config(context, splits, block_n, stages, us):
+    return {"kind": "config", "batch": 8, "context": context, "splits": splits, "block_n": block_n, "stages": stages,
+            "us": us}
 
 
 ROW = {"kind": "search", "batch": 8, "context": 131072, "q_heads": 32, "kv_heads": 32, "kv_bytes": 16384 * 2**20,
        "limit_us": 4000.0, "plan": {"splits": 1, "block_n": 128, "stages": 3},
        "best": {"splits": 16, "block_n": 128, "stages": 3},
-       "configs": [_config(1, 128, 3, 3800.0), _config(16, 128, 3, 3700.0), _config(1, 64, 3, 3780.0),
-                   _config(16, 64, 3, 3750.0)],
        "peers_us": {"sdpa_cudnn": 3710.0, "sdpa_flash": 6000.0},
        "again_us": {"plan": 3800.0, "best": 3720.0, "sdpa_cudnn": 3700.0, "sdpa_flash": 6100.0}}
+CONFIGS = [_config(131072, 16, 128, 3, 3700.0), _config(131072, 1, 128, 3, 3800.0), _config(131072, 1, 64, 3, 3780.0),
+           _config(131072, 16, 64, 3, 3750.0)]
 SHORT = ROW | {"context": 8192, "kv_bytes": 1024 * 2**20, "limit_us": 250.0,
                "again_us": {"plan": 240.0, "best": 240.0, "sdpa_cudnn": 244.0, "sdpa_flash": 380.0}}
-RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 4.2e12, "ways": {}}, ROW, SHORT]}
+SHORT_CONFIGS = [_config(8192, 1, 128, 3, 240.0), _config(8192, 2, 128, 3, 250.0)]
+RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 4.2e12, "ways": {}}, ROW, *CONFIGS, SHORT, *SHORT_CONFIGS]}
 
 
 def test_table_gives_the_second_timing_and_both_ratios():
@@ -30,10 +36,10 @@ def test_table_gives_the_second_timing_and_both_ratios():
 
 def test_summary_counts_the_configurations_and_the_shapes_cudnn_leads():
     text = bench.summary(RESULT)
-    # two tiles in the fake result x 16 split counts; gains 3800/3720 = 1.022 and 1.000; cuDNN ahead at 128K only
-    assert text.startswith("Of the 32 configurations, the fastest is 1.000 to 1.022 times as fast")
+    # four configurations at the first shape; gains 3800/3720 = 1.022 and 1.000; cuDNN ahead at 128K only
+    assert text.startswith("Of the 4 configurations, the fastest is 1.000 to 1.022 times as fast")
     assert "cuDNN stays ahead of the fastest configuration at 1 of the 2 shapes, by at most 0.5% (batch 8, " in text
-    ahead = {"rows": [SHORT]}
+    ahead = {"rows": [SHORT, *SHORT_CONFIGS]}
     assert "the fastest configuration is at or above cuDNN at all 1 shapes" in bench.summary(ahead)
 
 
@@ -42,11 +48,12 @@ def test_plot_draws_a_line_per_tile_and_cudnn_as_a_level():
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
     assert labels[:2] == ["128 keys per tile, 3 stages", "64 keys per tile, 3 stages"]
     xs, ys = fig.axes[0].get_lines()[0].get_data()
-    assert list(xs) == [1, 16] and abs(ys[1] - 4000 / 3700) < 1e-12
+    assert list(xs) == [1, 16] and abs(ys[1] - 4000 / 3700) < 1e-12  # sorted by split count
+    assert len(fig.axes[0].get_lines()) == 3  # two tiles and cuDNN's level; the 8K shape is not drawn
 
 
 def test_a_row_runs_end_to_end_with_a_stand_in_timer(monkeypatch, device):
-    """The row's own code (inputs, the output check of every configuration, the second timing, the fields the views
+    """The rows' own code (inputs, the output check of every configuration, the second timing, the fields the views
     read) on a small cache; only the GPU timer is a stand-in, which makes 2 splits the fastest."""
     monkeypatch.setattr(bench, "SPLIT_COUNTS", [1, 2])
     monkeypatch.setattr(bench, "Q_HEADS", 2)
@@ -54,9 +61,10 @@ def test_a_row_runs_end_to_end_with_a_stand_in_timer(monkeypatch, device):
     monkeypatch.setattr(bench, "gpu_ms_interleaved",
                         lambda fns, **_: {name: 0.005 if name.startswith("2 × 64/3") or name == "best" else 0.01
                                           for name in fns})
-    row = bench._row(2, 100, bandwidth=3.0e12, progress=lambda message: None, device=device)
-    assert row["best"] == {"splits": 2, "block_n": 64, "stages": 3}
-    assert len(row["configs"]) == 2 * 3 and all(c["us"] in (5.0, 10.0) for c in row["configs"])
+    row, *configs = rows = bench._rows(2, 100, bandwidth=3.0e12, progress=lambda message: None, device=device)
+    assert row["kind"] == "search" and row["best"] == {"splits": 2, "block_n": 64, "stages": 3}
+    assert len(configs) == 2 * 3 and all(c["kind"] == "config" and c["us"] in (5.0, 10.0) for c in configs)
     assert row["again_us"]["plan"] == 10.0 and row["again_us"]["best"] == 5.0
     assert row["kv_bytes"] == 2 * 2 * 2 * 100 * 128 * 2 and row["limit_us"] == row["kv_bytes"] / 3.0e12 * 1e6
-    assert "| 2 | 100 |" in bench.table({"rows": [row]})
+    assert "| 2 | 100 |" in bench.table({"rows": rows})
+    results.validate({"schema": 1, "benchmark": "decode_search", "provenance": PROVENANCE, "rows": rows})

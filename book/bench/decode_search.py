@@ -29,7 +29,8 @@ def _label(config: dict) -> str:
     return f"{config['splits']} × {config['block_n']}/{config['stages']}"
 
 
-def _row(batch: int, context: int, bandwidth: float, progress: Progress, device: str = "cuda") -> dict:
+def _rows(batch: int, context: int, bandwidth: float, progress: Progress, device: str = "cuda") -> list[dict]:
+    """One row of kind "search" for the shape, then one of kind "config" for each configuration searched."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -67,13 +68,13 @@ def _row(batch: int, context: int, bandwidth: float, progress: Progress, device:
     kv_bytes = 2 * batch * KV_HEADS * context * HEAD_DIM * 2
     row = {"kind": "search", "batch": batch, "context": context, "q_heads": Q_HEADS, "kv_heads": KV_HEADS,
            "kv_bytes": kv_bytes, "limit_us": kv_bytes / bandwidth * 1e6, "plan": plan, "best": best,
-           "configs": [c | {"us": searched[_label(c)] * 1e3} for c in configs],
            "peers_us": {name: searched[name] * 1e3 for name in peers},
            "again_us": {name: t * 1e3 for name, t in again.items()}}
     progress(f"B={batch} L={context}: plan {_label(plan)} {row['again_us']['plan']:.1f} us, fastest {_label(best)} "
              f"{row['again_us']['best']:.1f} us"
              + "".join(f", {PEER_NAMES[n]} {row['again_us'][n]:.1f} us" for n in peers))
-    return row
+    return [row] + [{"kind": "config", "batch": batch, "context": context, **c, "us": searched[_label(c)] * 1e3}
+                    for c in configs]
 
 
 def run(progress: Progress) -> list[dict]:
@@ -81,7 +82,7 @@ def run(progress: Progress) -> list[dict]:
     bandwidth = max(ways.values())
     progress("copy bandwidth " + ", ".join(f"{name} {b / 1e9:.0f} GB/s" for name, b in ways.items()))
     return [{"kind": "copy", "bytes_per_s": bandwidth, "ways": ways}] + [
-        _row(batch, context, bandwidth, progress) for batch, context in SHAPES]
+        row for batch, context in SHAPES for row in _rows(batch, context, bandwidth, progress)]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -90,6 +91,12 @@ def run(progress: Progress) -> list[dict]:
 
 def _searches(result: dict) -> list[dict]:
     return [r for r in result["rows"] if r["kind"] == "search"]
+
+
+def _configs(result: dict, search: dict) -> list[dict]:
+    """The configurations searched at the shape of this search row."""
+    return [r for r in result["rows"] if r["kind"] == "config"
+            and (r["batch"], r["context"]) == (search["batch"], search["context"])]
 
 
 def _cell(us: float, limit_us: float) -> str:
@@ -124,7 +131,7 @@ def summary(result: dict) -> str:
     rows = [r for r in _searches(result) if "sdpa_cudnn" in r["again_us"]]
     gains = [r["again_us"]["plan"] / r["again_us"]["best"] for r in rows]
     behind = [r for r in rows if r["again_us"]["sdpa_cudnn"] < r["again_us"]["best"]]
-    count = len(SPLIT_COUNTS) * len({(c["block_n"], c["stages"]) for c in rows[0]["configs"]}) if rows else 0
+    count = len(_configs(result, rows[0])) if rows else 0
     if behind:
         worst = min(behind, key=lambda r: r["again_us"]["sdpa_cudnn"] / r["again_us"]["best"])
         ratio = worst["again_us"]["sdpa_cudnn"] / worst["again_us"]["best"]
@@ -139,9 +146,9 @@ def summary(result: dict) -> str:
 def plot(result: dict):
     """Share of the limit against the split count at one shape, one line per tile, cuDNN as a level line."""
     r = next(r for r in _searches(result) if (r["batch"], r["context"]) == PLOTTED)
-    series = {}
-    for n, st in dict.fromkeys((c["block_n"], c["stages"]) for c in r["configs"]):
-        chosen = [c for c in r["configs"] if (c["block_n"], c["stages"]) == (n, st)]
+    configs, series = _configs(result, r), {}
+    for n, st in dict.fromkeys((c["block_n"], c["stages"]) for c in configs):
+        chosen = sorted((c for c in configs if (c["block_n"], c["stages"]) == (n, st)), key=lambda c: c["splits"])
         series[f"{n} keys per tile, {st} stages"] = ([c["splits"] for c in chosen],
                                                       [r["limit_us"] / c["us"] for c in chosen])
     hlines = {f"{PEER_NAMES[name]}, same run": r["limit_us"] / us for name, us in r["peers_us"].items()
