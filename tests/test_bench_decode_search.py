@@ -28,19 +28,23 @@ RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 4.2e12, "ways": {}}, ROW, *CO
 
 def test_table_gives_the_second_timing_and_both_ratios():
     text = bench.table(RESULT)
-    # 4000 / 3800, 4000 / 3720, 4000 / 3700, 4000 / 6100; 3800 / 3720; 3700 / 3720
-    assert ("| 8 | 131,072 | 16,384 | 4,000.0 | 1 × 128/3 | 3,800.0 (1.053) | 16 × 128/3 | 3,720.0 (1.075) | "
-            "3,700.0 (1.081) | 6,100.0 (0.656) | 1.022 | 0.995 |") in text
-    assert "| 8 | 8,192 | 1,024 | 250.0 | 1 × 128/3 | 240.0 (1.042) |" in text and "| 1.000 | 1.017 |" in text
+    # 4000 / 3800, 4000 / 3720, 4000 / 3700, 4000 / 6100; 3800 / 3720; 3700 / 3800, 3700 / 3720
+    assert ("| 8 | 131,072 | 16,384 | 4,000.0 | 1 × 128/3 | 3,800.0 (105%) | 16 × 128/3 | 3,720.0 (108%) | "
+            "3,700.0 (108%) | 6,100.0 (66%) | 1.022 | 0.974 | 0.995 |") in text
+    assert "| 8 | 8,192 | 1,024 | 250.0 | 1 × 128/3 | 240.0 (104%) |" in text and "| 1.000 | 1.017 | 1.017 |" in text
 
 
 def test_summary_counts_the_configurations_and_the_shapes_cudnn_leads():
     text = bench.summary(RESULT)
     # four configurations at the first shape; gains 3800/3720 = 1.022 and 1.000; cuDNN ahead at 128K only
     assert text.startswith("Of the 4 configurations, the fastest is 1.000 to 1.022 times as fast")
-    assert "cuDNN stays ahead of the fastest configuration at 1 of the 2 shapes, by at most 0.5% (batch 8, " in text
+    # the choice: 3700 / 3800 behind at 128K, 244 / 240 ahead at 8K; the fastest: 3700 / 3720 behind at 128K
+    assert "The choice trails cuDNN at 1 of the 2 shapes, by at most 2.6% (batch 8, 131,072 keys);" in text
+    assert "the fastest configuration trails cuDNN at 1 of the 2 shapes, by at most 0.5% (batch 8, " in text
     ahead = {"rows": [SHORT, *SHORT_CONFIGS]}
     assert "the fastest configuration is at or above cuDNN at all 1 shapes" in bench.summary(ahead)
+    behind = {"rows": [ROW, *CONFIGS]}
+    assert "The choice trails cuDNN at all 1 shapes" in bench.summary(behind)
 
 
 def test_plot_draws_a_line_per_tile_and_cudnn_as_a_level():
