@@ -130,6 +130,7 @@ def _decode_merge(OPart, LsePart, Out, Lse, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD
     # Grid: (batch * query heads * new queries,). One program merges one row's partial states (chapter 4).
     if PDL:
         tl.extra.cuda.gdc_wait()  # the split kernel's partial states are all written
+        tl.extra.cuda.gdc_launch_dependents()  # the next kernel may launch now; its gdc_wait waits for this one
     row = tl.program_id(0).to(tl.int64)
     splits = tl.arange(0, SPLITS_PAD)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
@@ -144,8 +145,6 @@ def _decode_merge(OPart, LsePart, Out, Lse, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD
     tl.store(Out + row * HEAD_DIM + offs_d, out.to(Out.dtype.element_ty), mask=offs_d < HEAD_DIM)
     lse_out = (m_safe + tl.math.log2(tl.where(total > 0, total, 1.0))) * 0.6931471805599453  # natural log
     tl.store(Lse + row, tl.where(total > 0, lse_out, float("-inf")))
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
 # --8<-- [end:merge]
 
 
