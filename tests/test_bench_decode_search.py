@@ -45,6 +45,14 @@ def test_summary_counts_the_configurations_and_the_shapes_cudnn_leads():
     assert "the fastest configuration is at or above cuDNN at all 1 shapes" in bench.summary(ahead)
     behind = {"rows": [ROW, *CONFIGS]}
     assert "The choice trails cuDNN at all 1 shapes" in bench.summary(behind)
+    assert "datasheet" not in text  # a GPU without a known datasheet: no sentence about it
+
+
+def test_summary_measures_cudnn_and_the_fastest_against_the_datasheet():
+    text = bench.summary(RESULT | {"provenance": PROVENANCE | {"gpu": "NVIDIA H200"}})
+    # 16 GiB in 3700 us is 4.64 TB/s, 97% of 4.8; 1 GiB in 244 us is 4.40 TB/s, 92%. The fastest: 3720 and 240 us.
+    assert ("Against the 4.8 TB/s of the H200 SXM 141GB's datasheet, cuDNN reads K and V at 92% to 97% of it at "
+            "these shapes, and the fastest configuration at 93% to 96%.") in text
 
 
 def test_plot_draws_a_line_per_tile_and_cudnn_as_a_level():
@@ -67,7 +75,7 @@ def test_a_row_runs_end_to_end_with_a_stand_in_timer(monkeypatch, device):
                                           for name in fns})
     row, *configs = rows = bench._rows(2, 100, bandwidth=3.0e12, progress=lambda message: None, device=device)
     assert row["kind"] == "search" and row["best"] == {"splits": 2, "block_n": 64, "stages": 3}
-    assert len(configs) == 2 * 3 and all(c["kind"] == "config" and c["us"] in (5.0, 10.0) for c in configs)
+    assert len(configs) == 2 * 6 and all(c["kind"] == "config" and c["us"] in (5.0, 10.0) for c in configs)
     assert row["again_us"]["plan"] == 10.0 and row["again_us"]["best"] == 5.0
     assert row["kv_bytes"] == 2 * 2 * 2 * 100 * 128 * 2 and row["limit_us"] == row["kv_bytes"] / 3.0e12 * 1e6
     assert "| 2 | 100 |" in bench.table({"rows": rows})
