@@ -126,7 +126,8 @@ def table(result: dict) -> str:
                          "cuDNN over the fastest"], body) + (
         f"\n\n{Q_HEADS} query heads on {KV_HEADS} KV heads, head dim {HEAD_DIM}, fp16, one query per sequence. A "
         f"configuration is splits × keys per tile/stages. The search timed every split count from "
-        f"{SPLIT_COUNTS[0]} to {SPLIT_COUNTS[-1]} with each tile of `TILES`, and both SDPA backends, in turns; the "
+        f"{SPLIT_COUNTS[0]} to {SPLIT_COUNTS[-1]} with each tile of `TILES` and of `DEEPER_TILES`, and both SDPA "
+        f"backends, in turns; the "
         f"times here come from a second timing, in turns, of only the wrapper's choice, the fastest of the search "
         f"and the two backends. The last two columns are cuDNN's time over the choice's and over the fastest "
         f"configuration's: under 1 where cuDNN is faster.")
