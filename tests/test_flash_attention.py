@@ -5,11 +5,15 @@ sequences, every dtype and head dims 16 to 256 on the GPU.
 """
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import kernels
+from book import ROOT
 from kernels.flash_attention import attention, validate_inputs
 
 # Relative error ||out - ref|| / ||ref|| allowed per dtype. fp32 uses exact ("ieee") dot products.
@@ -167,6 +171,22 @@ def test_bad_input_names_the_problem(name, device):
         attention(*make(device))
 
 
+def test_offsets_past_32_bits_are_refused():
+    """The kernel computes 32-bit element offsets: a tensor that spans 2**31 elements or more is refused by name.
+    Meta tensors have shapes and strides but no memory, so the check runs without allocating 4 GiB."""
+    from kernels.validate import check_int32_offsets, largest_offset
+
+    fits = torch.empty(1, 1, 2**27 - 1, 16, device="meta")
+    check_int32_offsets("q", fits)
+    assert largest_offset(fits) == 2**31 - 17
+    with pytest.raises(ValueError, match=r"q spans 2,147,483,648 elements .* 32-bit offsets"):
+        check_int32_offsets("q", torch.empty(1, 1, 2**27, 16, device="meta"))
+    # A strided view reaches past 2**31 with fewer elements: (B, N, H, D) memory seen as (B, H, N, D).
+    view = torch.empty(1, 2**22, 64, 16, device="meta").transpose(1, 2)[:, :1]  # 2**26 elements
+    with pytest.raises(ValueError, match="k spans"):
+        check_int32_offsets("k", view)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"causal_alignment": "middle"}, "causal_alignment must be one of"),
     ({"sm_scale": -1.0}, "sm_scale must be a positive finite number"),
@@ -253,3 +273,44 @@ def test_gpu_cpu_tensor_beside_gpu_tensor_is_refused():
     q = torch.randn(1, 1, 8, 16, device="cuda")
     with pytest.raises(ValueError, match="k is on the CPU"):
         attention(q, q.cpu(), q)
+
+
+@pytest.mark.gpu
+def test_gpu_a_tensor_of_2_to_the_31_elements_is_refused_before_launch():
+    q = torch.empty(1, 1, 2**27, 16, device="cuda", dtype=torch.float16)  # 2**31 elements, 4 GiB
+    small = torch.randn(1, 1, 64, 16, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="q spans 2,147,483,648 elements"):
+        attention(q, small, small)
+
+
+# The first call at a new length, in a process with an empty Triton cache, so that the autotuner compiles and times
+# every candidate tile shape. It prints what the autotuner skipped (a candidate that failed to compile) and the
+# relative error against SDPA's math backend; a crash of the PTX assembler would print its dump on top.
+FIRST_CALL = """
+import torch
+from kernels import flash_attention as fa
+
+dtype = getattr(torch, "{dtype}")
+for causal in (False, True):
+    q, k, v = (torch.randn(1, 3, 1000 + {d}, {d}, device="cuda", dtype=dtype) for _ in range(3))
+    out = fa.attention(q, k, v, causal=causal)
+    expected = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+    error = ((out.double() - expected).norm() / expected.norm()).item()
+    skipped = [str(c) for c, t in getattr(fa._attn_fwd_tuned, "configs_timings", {{}}).items() if t[0] == float("inf")]
+    if skipped or error > {rtol}:
+        print(f"causal={{causal}}: relative error {{error:.1e}}, candidates that failed: {{skipped}}")
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("d", GPU_HEAD_DIMS)
+def test_gpu_first_call_at_a_new_length_prints_nothing(dtype, d, tmp_path):
+    """No compiler dump on a reader's screen: every candidate the autotuner tries compiles, at every head dim and
+    dtype, and nothing reaches stdout or stderr."""
+    code = FIRST_CALL.format(dtype=str(dtype).removeprefix("torch."), d=d, rtol=RTOL[dtype])
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ, TRITON_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == "", done.stdout[:3000]
+    assert done.stderr == "", done.stderr[:3000]
