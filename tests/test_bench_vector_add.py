@@ -42,3 +42,21 @@ def test_the_gpu_counts_as_faster_only_from_where_it_stays_faster():
 def test_a_cpu_that_is_never_slower():
     rows = [_row(10**3, 0.001, 0.004, 0.004), _row(10**4, 0.002, 0.0045, 0.0045)]
     assert "as fast as the Triton kernel or faster at every size up to 10,000" in bench.crossover(_result(rows))
+
+
+def test_small_sizes_read_as_a_fixed_cost_only_when_their_times_are_flat():
+    assert "4.0 to 4.5 µs: about the same at each, the fixed cost of a launch" in bench.crossover(_result(ROWS))
+    climbing = [_row(10**3, 0.002, 0.0049, 0.004), _row(10**4, 0.005, 0.008, 0.0045),
+                _row(10**5, 0.011, 0.0156, 0.005), _row(10**6, 0.030, 0.0129, 0.010)]
+    assert "4.9 to 15.6 µs: far from flat, so more than a launch's fixed cost" in bench.crossover(_result(climbing))
+
+
+def test_idle_rows_stay_out_of_the_size_views_and_have_their_own():
+    idle = [{"kind": "idle", "n": 10**5, "turn": t, "state": s, "triton_ms": ms}
+            for t in range(2) for s, ms in (("idle", 0.0150 + t * 1e-3), ("warm", 0.0050))]
+    result = _result([{**row, "kind": "size"} for row in ROWS] + idle)
+    assert bench.table(result).count("\n| ") == len(ROWS)  # one line per size under the header
+    assert bench.crossover(result) == bench.crossover(_result(ROWS))
+    text = bench.idle(result)
+    assert "- 100,000 elements: 15.0 to 16.0 µs right after 1 s of idling, 5.0 to 5.0 µs right after 200 ms" in text
+    assert bench.idle(_result(ROWS)).startswith("This run did not time the kernel after idling")
