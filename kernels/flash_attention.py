@@ -200,15 +200,28 @@ FP32_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": 32}, num_warps=4, num_s
                 for bm, s in ((64, 2), (32, 2), (32, 1))]
 
 
+# Shared memory one program may use on compute capability 9.0 (H100, H200): 227 KiB (CUDA programming guide).
+SHARED_MEMORY_BYTES = 227 * 1024
+
+
+def shared_memory_bytes(config: triton.Config, head_dim_pad: int, element_bytes: int) -> int:
+    """What a tile shape keeps in shared memory: the Q block, and a K and a V tile for each pipeline stage."""
+    block_m, block_n = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
+    return (block_m + 2 * config.num_stages * block_n) * head_dim_pad * element_bytes
+
+
 def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
-    """Keep the configs meant for this dtype and head dim (see _configs and FP32_CONFIGS)."""
+    """Keep the configs meant for this dtype and head dim (see _configs and FP32_CONFIGS) that fit in shared
+    memory. One that does not fit would fail to compile: the autotuner skips it, but only after compiling it."""
     meta = {**named_args, **kwargs}
     if kernels.interpreting():
         return configs
     if meta.get("DOT_PRECISION") == "ieee":
         return FP32_CONFIGS
     head_dim = meta.get("HEAD_DIM_PAD", 64)
-    kept = [c for c in configs if (c.kwargs["BLOCK_M"] < 128) == (head_dim > 128)]
+    element_bytes = meta["Q"].element_size() if "Q" in meta else 2
+    kept = [c for c in configs if (c.kwargs["BLOCK_M"] < 128) == (head_dim > 128)
+            and shared_memory_bytes(c, head_dim, element_bytes) <= SHARED_MEMORY_BYTES]
     return kept or configs[:1]
 
 

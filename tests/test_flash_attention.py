@@ -283,22 +283,26 @@ def test_gpu_a_tensor_of_2_to_the_31_elements_is_refused_before_launch():
         attention(q, small, small)
 
 
-# The first call at a new length, in a process with an empty Triton cache, so that the autotuner compiles and times
-# every candidate tile shape. It prints what the autotuner skipped (a candidate that failed to compile) and the
-# relative error against SDPA's math backend; a crash of the PTX assembler would print its dump on top.
+# First calls at new lengths, in a process with an empty Triton cache, so that the autotuner compiles and times every
+# candidate tile shape: without and with the causal mask and the logsumexp (the backward's forward), at a length that
+# is not a multiple of 16 and at one that is. It prints what the autotuner skipped (a candidate that failed to
+# compile) and the relative error against float64 SDPA if too large; a crash of the PTX assembler prints its dump.
 FIRST_CALL = """
 import torch
 from kernels import flash_attention as fa
 
 dtype = getattr(torch, "{dtype}")
-for causal in (False, True):
-    q, k, v = (torch.randn(1, 3, 1000 + {d}, {d}, device="cuda", dtype=dtype) for _ in range(3))
-    out = fa.attention(q, k, v, causal=causal)
-    expected = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+for n_q, n_k, causal, alignment in ((1000 + {d}, 1000 + {d}, False, "top-left"), (777, 2048, True, "bottom-right")):
+    q = torch.randn(1, 3, n_q, {d}, device="cuda", dtype=dtype)
+    k, v = (torch.randn(1, 3, n_k, {d}, device="cuda", dtype=dtype) for _ in range(2))
+    result = fa.attention(q, k, v, causal=causal, causal_alignment=alignment, return_lse=causal)
+    out = result[0] if causal else result
+    mask = torch.ones(n_q, n_k, device="cuda", dtype=torch.bool).tril(n_k - n_q) if causal else None
+    expected = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
     error = ((out.double() - expected).norm() / expected.norm()).item()
     skipped = [str(c) for c, t in getattr(fa._attn_fwd_tuned, "configs_timings", {{}}).items() if t[0] == float("inf")]
     if skipped or error > {rtol}:
-        print(f"causal={{causal}}: relative error {{error:.1e}}, candidates that failed: {{skipped}}")
+        print(f"{{n_q}} x {{n_k}} causal={{causal}}: relative error {{error:.1e}}, failed candidates: {{skipped}}")
 """
 
 
