@@ -5,8 +5,9 @@ A page asks for a view of a benchmark with a line of its own:
     <!-- results: vector_add gbps-plot -->
 
 Figures become SVG files of the site (under figures/); tables and sentences become Markdown. Under each
-view goes the provenance line of the run, and above it a warning when the measured kernel changed since.
-With results from several GPUs, the view shows one tab per GPU.
+view goes the provenance line of the run, and above it a warning when the measured kernel changed since (a
+plain notice instead on an archived GPU, book/gpus.py). With results from several GPUs, the view shows one tab
+per GPU, the reference GPU's first.
 
 A page can also draw a figure from code at build time (no GPU involved), for example from a numpy
 simulator; the function takes no arguments and returns a matplotlib figure:
@@ -44,7 +45,7 @@ from pathlib import Path
 
 import yaml
 
-from book import ROOT, render, results
+from book import ROOT, gpus, render, results
 from book.bench import by_name
 
 log = logging.getLogger("mkdocs.plugins.book")
@@ -90,7 +91,7 @@ def _render_view(benchmark_name: str, view_name: str, figures: dict[str, bytes])
     if view_name not in benchmark.views:
         raise KeyError(f"benchmark {benchmark_name!r} has no view {view_name!r}; views: {list(benchmark.views)}")
     bodies = []
-    for result in results.load_all(benchmark_name):
+    for result in in_tab_order(results.load_all(benchmark_name)):
         provenance = result["provenance"]
         output = benchmark.views[view_name](result)
         if isinstance(output, str):
@@ -99,13 +100,25 @@ def _render_view(benchmark_name: str, view_name: str, figures: dict[str, bytes])
             uri = f"figures/{benchmark_name}-{view_name}-{provenance['gpu_slug']}.svg"
             figures[uri] = render.svg_bytes(output)
             body = f"![{benchmark.title}: {view_name}]({{figures}}/{uri.split('/', 1)[1]})"
-        warning = render.stale_warning(provenance)
-        if warning:
+        notice = _stale_notice(provenance)
+        if notice:
             log.info("Stale results: %s/%s was measured on older sources (%s)", provenance["gpu_slug"],
                      benchmark_name, ", ".join(render.stale_sources(provenance)))
-            body = warning + "\n" + body
+            body = notice + "\n" + body
         bodies.append((provenance["gpu"], body + "\n\n" + render.provenance_line(provenance)))
     return bodies
+
+
+def in_tab_order(found: list[dict]) -> list[dict]:
+    """Results of one benchmark in the order of their tabs: the reference GPU's first, then by folder name."""
+    return sorted(found, key=lambda result: gpus.order_key(result["provenance"]["gpu_slug"]))
+
+
+def _stale_notice(provenance: dict) -> str | None:
+    """What goes above a view measured on older sources: a plain notice on an archived GPU, a warning on any
+    other (None above a fresh view)."""
+    archive = gpus.archive(provenance["gpu_slug"])
+    return render.archived_notice(provenance, archive) if archive else render.stale_warning(provenance)
 
 
 def transform(markdown: str, src_uri: str, rendered: Rendered, notebook: str | None, repo_url: str) -> str:

@@ -11,13 +11,17 @@ which prints every problem at once. The checks:
 - chapters: every page in docs/chapters/ has the standard sections, in order, and is in the nav.
 - includes: every `--8<--` include in docs/ names a file that exists, and a section that the file marks.
 - snippets: every snippet program is shown by a page (with its stored output) and run by a test.
-- results: every benchmark has a results file, and none was measured on older sources.
+- results: every benchmark has a fresh results file on the reference GPU (book/gpus.py), and none was measured
+  on older sources, but on an archived GPU: its stale files are accepted, shown with a notice, and listed by
+  `make check`.
 - unfinished: no chapter still holds the template's text, example snippet or test; a chapter's benchmark shows
   its views on the page; a kernel that a page shows has a benchmark and a GPU test. A page marked draft (an
   admonition titled "Draft" that says what is missing) is accepted, shown to readers, and listed by `make check`.
 - figures: no page types a measured figure into its prose (TFLOP/s, GB/s, µs, ms...; a ratio or share such as
   1.07× or 65% in a sentence that names a kernel, a peer or a measured run). Measured figures reach pages through
   results views; a datasheet or published figure, a target or a made-up figure passes when its sentence says so.
+- comparisons: the prose reads the reference GPU. A sentence may compare with an archived GPU only where that
+  GPU's view on the page is fresh.
 - lint: `ruff check` finds nothing.
 """
 
@@ -50,6 +54,7 @@ _INCLUDE_LINE = re.compile(r"""^\s*(?P<escape>;*)--8<--\s+(?P<quote>["'])(?P<tar
 _BLOCK_FENCE = re.compile(r"^\s*--8<--\s*$")
 _SECTION_MARK = re.compile(r"--8<--\s+\[(?P<kind>start|end):(?P<name>[^\]]+)\]")
 _HEADING = re.compile(r"^(?P<level>#{1,6})\s+(?P<text>.+?)\s*(\{[^}]*\})?\s*$")
+_RESULTS_MARKER = re.compile(r"<!-- results: (?P<benchmark>\w+) (?P<view>[\w-]+) -->")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -352,25 +357,28 @@ def snippet_problems(root: Path) -> list[str]:
 # ---------------------------------------------------------------------------------------------------
 # Results
 
-# Runs inside the copy of the repository being checked, so that its own book.bench, book.results and
-# book.provenance (which hash files relative to that copy) answer.
+# Runs inside the copy of the repository being checked, so that its own book.bench, book.gpus (its reference GPU,
+# its archived GPUs) and book.provenance (which hashes files relative to that copy) answer.
 _RESULTS_PROBE = r"""
-import json, sys
-from book import ROOT
+import dataclasses, json, sys
+from book import ROOT, gpus
 from book.bench import ALL
 from book.provenance import stale_sources
 
 names = {b.name for b in ALL}
 defined_in = {module.BENCHMARK.name: module.__file__ for name, module in list(sys.modules.items())
               if name.startswith("book.bench.") and hasattr(module, "BENCHMARK")}
-report = {"benchmarks": [], "orphans": []}
+report = {"reference_gpu": gpus.REFERENCE_GPU, "benchmarks": [], "orphans": []}
 for b in ALL:
     module = defined_in.get(b.name) or sys.modules[b.run.__module__].__file__
     files = []
     for path in sorted((ROOT / "results").glob(f"*/{b.name}.json")):
         provenance = json.loads(path.read_text())["provenance"]
-        files.append({"path": path.relative_to(ROOT).as_posix(), "stale": stale_sources(provenance),
-                      "measured": sorted(provenance["sources"])})
+        archive = gpus.archive(path.parent.name)
+        files.append({"path": path.relative_to(ROOT).as_posix(), "gpu": path.parent.name, "gpu_name": provenance["gpu"],
+                      "archived": dataclasses.asdict(archive) if archive else None,
+                      "date": provenance["date"][:10], "commit": provenance["commit"],
+                      "stale": stale_sources(provenance), "measured": sorted(provenance["sources"])})
     report["benchmarks"].append({"name": b.name, "chapter": b.chapter, "sources": list(b.sources),
                                  "awaiting_gpu": getattr(b, "awaiting_gpu", ""),
                                  "module": __import__("pathlib").Path(module).resolve().relative_to(ROOT).as_posix(),
@@ -383,9 +391,10 @@ print("\n" + json.dumps(report))
 
 
 def benchmarks_report(root: Path) -> dict:
-    """The benchmarks of a copy of the repository, their results files and which sources changed since.
+    """The benchmarks of a copy of the repository, its reference GPU, and each benchmark's results files: on which
+    GPU, whether that GPU is archived, when and at which commit they were measured, and which sources changed since.
 
-    Raises RuntimeError naming the failure if the copy's book.bench cannot be imported.
+    Raises RuntimeError naming the failure if the copy's book.bench cannot be imported (or an ARCHIVED.md read).
     """
     env = dict(os.environ, PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
     done = subprocess.run([sys.executable, "-c", _RESULTS_PROBE], cwd=root, env=env, capture_output=True,
@@ -395,33 +404,68 @@ def benchmarks_report(root: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def check_benchmark(benchmark: dict) -> list[str]:
-    """One benchmark (an entry of benchmarks_report) has results, and none is stale."""
+def _refresh(chapter: str, machine: str = "a GPU machine") -> str:
+    return (f'a maintainer runs `make refresh ONLY="{chapter}"` on {machine} (or the GPU workflow, after merge) and '
+            f"commits the results file")
+
+
+def _changed_since(benchmark: dict, result: dict) -> list[str]:
+    """The sources of a benchmark that changed, or joined it, since one of its results files was measured."""
+    return list(result["stale"]) + [source for source in benchmark["sources"] if source not in result["measured"]]
+
+
+def check_benchmark(benchmark: dict, reference_gpu: str) -> list[str]:
+    """One benchmark (an entry of benchmarks_report) has a results file on the reference GPU, and none is stale but
+    on an archived GPU."""
     name, chapter, module = benchmark["name"], benchmark["chapter"], benchmark["module"]
-    refresh = (f'a maintainer runs `make refresh ONLY="{chapter}"` on a GPU machine (or the GPU workflow, after '
-               f"merge) and commits the results file")
     if not benchmark["results"] and benchmark.get("awaiting_gpu"):
         return []  # declared in the registry, with the reason, and shown as "No measurements yet"
     if not benchmark["results"]:
         return [f"{module}: benchmark {name} ({chapter}) has no results file (results/<gpu>/{name}.json), so its "
-                f'views show "No measurements yet" on the pages. Fix: {refresh}.']
+                f'views show "No measurements yet" on the pages. Fix: {_refresh(chapter)}.']
     problems = []
+    if not any(result["gpu"] == reference_gpu for result in benchmark["results"]):
+        machine = f"the reference GPU ({reference_gpu}, named in book/gpus.py)"
+        problems.append(f"{module}: benchmark {name} ({chapter}) has no results file on the reference GPU "
+                        f"(results/{reference_gpu}/{name}.json), whose numbers the prose reads. "
+                        f"Fix: {_refresh(chapter, machine)}.")
     for result in benchmark["results"]:
-        changed = list(result["stale"])
-        changed += [source for source in benchmark["sources"] if source not in result["measured"]]
-        if changed:
+        changed = _changed_since(benchmark, result)
+        if changed and not result["archived"]:
             problems.append(f"{result['path']}: stale results of {name} ({chapter}), measured before "
-                            f"{', '.join(changed)} changed or joined the benchmark's sources. Fix: {refresh}.")
+                            f"{', '.join(changed)} changed or joined the benchmark's sources. "
+                            f"Fix: {_refresh(chapter)}.")
     return problems
+
+
+def archived_results(report: dict) -> list[str]:
+    """The stale results files of archived GPUs (which the results check accepts), each with what changed since."""
+    found = []
+    for benchmark in report["benchmarks"]:
+        for result in benchmark["results"]:
+            changed = _changed_since(benchmark, result)
+            if result["archived"] and changed:
+                found.append(f"{result['path']}: measured {result['date']} at {result['commit'][:12]}; "
+                             f"changed since: {', '.join(changed)}")
+    return found
+
+
+def archived(root: Path) -> list[str]:
+    """The stale results files of archived GPUs, each with when it was measured and what changed since."""
+    try:
+        return archived_results(benchmarks_report(root))
+    except RuntimeError:
+        return []  # the results check names the failure
 
 
 def results_problems(root: Path) -> list[str]:
     try:
         report = benchmarks_report(root)
     except RuntimeError as error:
-        return [f"book/bench: the benchmarks cannot be imported, so their results cannot be checked. Fix: make "
-                f"`python -m book.bench --list` work. The error:\n{error}"]
-    problems = [problem for benchmark in report["benchmarks"] for problem in check_benchmark(benchmark)]
+        return [f"book/bench: the benchmarks cannot be imported (or a results/<gpu>/ARCHIVED.md cannot be read), so "
+                f"their results cannot be checked. Fix: make `python -m book.bench --list` work. The error:\n{error}"]
+    problems = [problem for benchmark in report["benchmarks"]
+                for problem in check_benchmark(benchmark, report["reference_gpu"])]
     for orphan in report["orphans"]:
         problems.append(f"{orphan}: no benchmark of that name is registered in book/bench. Fix: delete the file, "
                         f"or restore the benchmark module that defines it.")
@@ -661,6 +705,84 @@ def figure_problems(root: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Comparisons with an archived GPU
+
+# The prose reads the reference GPU. A sentence may compare with an archived GPU only where that GPU's view is fresh:
+# once its results are stale, the tab no longer shows what the sentence says of it. A sentence reads a measurement
+# when it names a kernel, a peer or a measured run (as for the figures), or a place or a standing in the results.
+_READS_A_RESULT = re.compile(r"\b(?:probes?|tabs?|tables?|rows?|results|reach(?:es|ed)|sits|leads?|ahead|behind|"
+                             r"level\s+with|beats?)(?![\w-])", re.IGNORECASE)
+_COMPARISON_FIX = ("Fix: say it of the reference GPU's numbers, or drop the comparison; an archived GPU's tab may be "
+                   "compared with only while its results are fresh.")
+
+
+@dataclass
+class ArchivedGpu:
+    name: str  # as its results files say, e.g. "NVIDIA H100 80GB HBM3"
+    names: tuple[str, ...]  # how the prose names it, e.g. ("H100",)
+    stale: set[str] = field(default_factory=set)  # the benchmarks whose results on it are stale
+
+
+def archived_gpus(report: dict) -> list[ArchivedGpu]:
+    """The archived GPUs of a benchmarks_report, each with the benchmarks whose results on it are stale."""
+    found: dict[str, ArchivedGpu] = {}
+    for benchmark in report["benchmarks"]:
+        for result in benchmark["results"]:
+            if result["archived"]:
+                names = tuple(result["archived"]["names"])
+                gpu = found.setdefault(result["gpu"], ArchivedGpu(result["gpu_name"], names))
+                if _changed_since(benchmark, result):
+                    gpu.stale.add(benchmark["name"])
+    return list(found.values())
+
+
+def check_comparisons(root: Path, page: Path, archived: list[ArchivedGpu]) -> list[str]:
+    """Sentences of one page that read a measurement of an archived GPU whose view on the page is stale. A sentence
+    that labels what it says (datasheet, published, ...) passes."""
+    rel = _rel(root, page)
+    text = page.read_text()
+    problems = []
+    for gpu in archived:
+        stale = _stale_views(text, gpu)
+        if stale:
+            problems += _comparisons_with(rel, sentences(text), gpu, stale)
+    return problems
+
+
+def _stale_views(text: str, gpu: ArchivedGpu) -> str:
+    """The views a page shows of the benchmarks whose results on an archived GPU are stale, as
+    "causal: table, plot; worklog: table", or "" if there are none."""
+    stale: dict[str, list[str]] = {}
+    for match in _RESULTS_MARKER.finditer(text):
+        views = stale.setdefault(match["benchmark"], []) if match["benchmark"] in gpu.stale else []
+        if match["view"] not in views:
+            views.append(match["view"])
+    return "; ".join(f"{benchmark}: {', '.join(views)}" for benchmark, views in stale.items())
+
+
+def _comparisons_with(rel: str, found: list[Sentence], gpu: ArchivedGpu, stale_views: str) -> list[str]:
+    named = re.compile(r"\b(?:" + "|".join(re.escape(name) for name in gpu.names) + r")\b")
+    problems = []
+    for sentence in found:
+        name = named.search(sentence.text)
+        reads = _NAMES_A_MEASUREMENT.search(sentence.text) or _READS_A_RESULT.search(sentence.text)
+        if name and reads and not _LABEL.search(f"{sentence.labels} {sentence.text}"):
+            problems.append(f'{rel}:{sentence.line_of(name.start())}: "{name[0]}" in a sentence that reads a '
+                            f'measurement ("{reads[0]}"), but the page shows the archived {gpu.name}\'s stale results '
+                            f"({stale_views}), and the prose reads the reference GPU. {_COMPARISON_FIX}")
+    return problems
+
+
+def comparison_problems(root: Path) -> list[str]:
+    try:
+        report = benchmarks_report(root)
+    except RuntimeError:
+        return []  # the results check names the failure
+    archived = archived_gpus(report)
+    return [problem for page in _pages(root) for problem in check_comparisons(root, page, archived)]
+
+
+# ---------------------------------------------------------------------------------------------------
 # Lint
 
 
@@ -799,7 +921,7 @@ def check_unfinished(root: Path, page: Path, benchmarks: dict[str, list[str]], t
             problems.append(f"{test_rel}: test_first_example is still the template's test. Fix: make each test "
                             f"assert something real about its snippet's output, not the template's "
                             f'"sums to one: True".')
-    shown = {match["benchmark"] for match in re.finditer(r"<!-- results: (?P<benchmark>\w+) [\w-]+ -->", text)}
+    shown = {match["benchmark"] for match in _RESULTS_MARKER.finditer(text)}
     for name in benchmarks.get(chapter, []):
         if name not in shown:
             problems.append(f"{rel}: the chapter's benchmark {name} has no results view on the page. Fix: show its "
@@ -844,6 +966,7 @@ CHECKS: dict[str, Callable[[Path], list[str]]] = {
     "results": results_problems,
     "unfinished": unfinished_problems,
     "figures": figure_problems,
+    "comparisons": comparison_problems,
     "lint": lint_problems,
 }
 
@@ -872,8 +995,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grep", metavar="TEXT",
                         help="show only problems about TEXT, e.g. a file, or a chapter such as ch08")
     args = parser.parse_args(argv)
+    root = args.root.resolve()
     total = 0
-    for name, problems in all_problems(args.root.resolve(), args.only).items():
+    for name, problems in all_problems(root, args.only).items():
         if args.grep:
             problems = [problem for problem in problems if mentions(problem, args.grep)]
         total += len(problems)
@@ -881,10 +1005,17 @@ def main(argv: list[str] | None = None) -> int:
         for problem in problems:
             print("  - " + problem.replace("\n", "\n    "))
     if not args.only or "unfinished" in args.only:
-        for draft in drafts(args.root.resolve()):
-            if not args.grep or mentions(draft, args.grep):
-                print(f"draft (accepted, shown to readers): {draft}")
+        _print_accepted("draft (accepted, shown to readers)", drafts(root), args.grep)
+    if not args.only or "results" in args.only:
+        _print_accepted("archived (accepted, shown with a notice)", archived(root), args.grep)
     return 1 if total else 0
+
+
+def _print_accepted(kind: str, lines: list[str], grep: str | None) -> None:
+    """What a check accepts on purpose, one line each, so that it is never a silent pass."""
+    for line in lines:
+        if not grep or mentions(line, grep):
+            print(f"{kind}: {line}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
-"""Pieces pages are made of: markdown tables, SVG figures, provenance lines and stale-result warnings."""
+"""Pieces pages are made of: markdown tables, SVG figures, provenance lines, stale-result warnings and notices."""
 
 from __future__ import annotations
 
 import io
 
+from book.gpus import Archive
 from book.provenance import stale_sources
 
 try:
@@ -87,8 +88,12 @@ def svg_bytes(fig) -> bytes:
     return buffer.getvalue().encode()
 
 
+def _short_commit(commit: str) -> str:
+    return commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
+
+
 def provenance_line(provenance: dict) -> str:
-    commit = provenance["commit"][:12] + ("-dirty" if provenance["commit"].endswith("-dirty") else "")
+    commit = _short_commit(provenance["commit"])
     return (
         f'<p class="provenance">Measured on {provenance["gpu"]} (driver {provenance["driver"]}, '
         f'CUDA {provenance["cuda"]}), torch {provenance["torch"]}, triton {provenance["triton"]}, '
@@ -107,6 +112,23 @@ def stale_warning(provenance: dict) -> str | None:
     return (
         f'!!! warning "{STALE_TITLE}"\n\n'
         f"    {files} changed after this run. Run `make bench` on a GPU to refresh the numbers.\n"
+    )
+
+
+ARCHIVED_TITLE = "Archived measurement"
+
+
+def archived_notice(provenance: dict, archive: Archive) -> str | None:
+    """The notice above a view of an archived GPU that was measured on older sources (None if it is fresh)."""
+    changed = stale_sources(provenance)
+    if not changed:
+        return None
+    files = ", ".join(f"`{path}`" for path in changed)
+    return (
+        f'!!! note "{ARCHIVED_TITLE}"\n\n'
+        f'    Measured on {provenance["gpu"]} on {provenance["date"][:10]} at commit '
+        f'`{_short_commit(provenance["commit"])}`, with an earlier version of {files}; not measured again since. '
+        f"This GPU is archived since {archive.since} ({archive.why}).\n"
     )
 
 

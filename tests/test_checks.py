@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from book import ROOT, checks
+from book import ROOT, checks, gpus
 from book.bench import ALL
 from tests.site import copy_book
 
@@ -80,7 +80,7 @@ def bench_report():
 @pytest.mark.parametrize("name", [b.name for b in ALL])
 def test_benchmark_has_fresh_results(name, bench_report):
     benchmark = next(b for b in bench_report["benchmarks"] if b["name"] == name)
-    problems = checks.check_benchmark(benchmark)
+    problems = checks.check_benchmark(benchmark, bench_report["reference_gpu"])
     assert not problems, _report(problems)
 
 
@@ -96,6 +96,12 @@ def test_ruff_finds_nothing():
 @pytest.mark.parametrize("page", PAGES, ids=_ids(PAGES))
 def test_page_types_no_measured_figure(page):
     problems = checks.check_figures(ROOT, page)
+    assert not problems, _report(problems)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_ids(PAGES))
+def test_page_compares_with_an_archived_gpu_only_where_it_is_fresh(page, bench_report):
+    problems = checks.check_comparisons(ROOT, page, checks.archived_gpus(bench_report))
     assert not problems, _report(problems)
 
 
@@ -288,50 +294,110 @@ def test_a_test_may_build_the_snippet_path_from_its_name(tmp_path):
     assert checks.snippet_problems(root) == []
 
 
+REFERENCE = "gpu-a"
+ARCHIVE = {"since": "2026-11-28", "why": "no such GPU any more", "names": ["GPU B", "B1"]}
+
+
+def _result(gpu: str = REFERENCE, stale: tuple[str, ...] = (), archived: dict | None = None) -> dict:
+    return {"path": f"results/{gpu}/toy.json", "gpu": gpu, "gpu_name": f"Vendor {gpu.upper()}", "archived": archived,
+            "date": "2026-11-24", "commit": "a90b11923a5511fa03a9ac84400215838366f13b", "stale": list(stale),
+            "measured": ["book/bench/toy.py", "kernels/toy.py"]}
+
+
 def _benchmark(**changes) -> dict:
     benchmark = {"name": "toy", "chapter": "ch98", "module": "book/bench/toy.py",
-                 "sources": ["kernels/toy.py", "book/bench/toy.py"],
-                 "results": [{"path": "results/gpu-a/toy.json", "stale": [],
-                              "measured": ["book/bench/toy.py", "kernels/toy.py"]}]}
+                 "sources": ["kernels/toy.py", "book/bench/toy.py"], "results": [_result()]}
     benchmark.update(changes)
     return benchmark
 
 
 def test_benchmark_check_without_results():
-    [problem] = checks.check_benchmark(_benchmark(results=[]))
+    [problem] = checks.check_benchmark(_benchmark(results=[]), REFERENCE)
     assert problem.startswith("book/bench/toy.py: benchmark toy (ch98) has no results file")
     assert 'make refresh ONLY="ch98"' in problem
 
 
 def test_benchmark_check_with_stale_and_fresh_results():
-    assert checks.check_benchmark(_benchmark()) == []
-    stale = _benchmark()
-    stale["results"][0]["stale"] = ["kernels/toy.py"]
-    [problem] = checks.check_benchmark(stale)
+    assert checks.check_benchmark(_benchmark(), REFERENCE) == []
+    [problem] = checks.check_benchmark(_benchmark(results=[_result(stale=["kernels/toy.py"])]), REFERENCE)
     assert problem.startswith("results/gpu-a/toy.json: stale results of toy (ch98)") and "kernels/toy.py" in problem
     assert checks.mentions(problem, "ch98") and not checks.mentions(problem, "refresh")
     grown = _benchmark(sources=["kernels/toy.py", "kernels/new.py", "book/bench/toy.py"])
-    [problem] = checks.check_benchmark(grown)
+    [problem] = checks.check_benchmark(grown, REFERENCE)
     assert "kernels/new.py" in problem and "make refresh" in problem
 
 
+def test_a_stale_file_is_accepted_on_an_archived_gpu_only():
+    archived = _result("gpu-b", stale=["kernels/toy.py"], archived=ARCHIVE)
+    assert checks.check_benchmark(_benchmark(results=[_result(), archived]), REFERENCE) == []
+    other = _result("gpu-c", stale=["kernels/toy.py"])
+    [problem] = checks.check_benchmark(_benchmark(results=[_result(), archived, other]), REFERENCE)
+    assert problem.startswith("results/gpu-c/toy.json: stale results of toy (ch98)")
+    reference = _result(stale=["kernels/toy.py"])
+    [problem] = checks.check_benchmark(_benchmark(results=[reference, archived]), REFERENCE)
+    assert problem.startswith("results/gpu-a/toy.json: stale results of toy (ch98)")
+
+
+def test_a_benchmark_needs_a_results_file_on_the_reference_gpu():
+    elsewhere = _benchmark(results=[_result("gpu-b", archived=ARCHIVE)])
+    [problem] = checks.check_benchmark(elsewhere, REFERENCE)
+    assert problem.startswith("book/bench/toy.py: benchmark toy (ch98) has no results file on the reference GPU "
+                              "(results/gpu-a/toy.json)")
+    assert 'make refresh ONLY="ch98"` on the reference GPU (gpu-a, named in book/gpus.py)' in problem
+    assert checks.check_benchmark({**elsewhere, "awaiting_gpu": "issue 99"}, REFERENCE) == [problem]
+
+
+def test_archived_results_lists_the_stale_files_of_archived_gpus():
+    stale = _result("gpu-b", stale=["kernels/toy.py"], archived=ARCHIVE)
+    grown = _benchmark(sources=["kernels/toy.py", "kernels/new.py", "book/bench/toy.py"],
+                       results=[_result(), stale, _result("gpu-c", stale=["kernels/toy.py"])])
+    fresh = _benchmark(name="other", results=[_result("gpu-b", archived=ARCHIVE)])
+    assert checks.archived_results({"reference_gpu": REFERENCE, "benchmarks": [grown, fresh]}) == [
+        "results/gpu-b/toy.json: measured 2026-11-24 at a90b11923a55; changed since: kernels/toy.py, kernels/new.py"]
+
+
+def test_make_check_prints_each_accepted_archived_file(tmp_path, monkeypatch, capsys):
+    archived = _result("gpu-b", stale=["kernels/toy.py"], archived=ARCHIVE)
+    report = {"reference_gpu": REFERENCE, "benchmarks": [_benchmark(results=[_result(), archived])], "orphans": []}
+    monkeypatch.setattr(checks, "benchmarks_report", lambda root: report)
+    assert checks.main(["--root", str(tmp_path), "--only", "results"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "results: ok",
+        "archived (accepted, shown with a notice): results/gpu-b/toy.json: measured 2026-11-24 at a90b11923a55; "
+        "changed since: kernels/toy.py"]
+    assert checks.main(["--root", str(tmp_path), "--only", "results", "--grep", "gpu-c"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["results: ok"]
+
+
 def test_results_check_in_a_copy_of_the_book(tmp_path):
-    """A changed kernel makes its results stale; a missing or unknown results file is reported."""
+    """A changed kernel makes its results stale (accepted, and listed, on an archived GPU); a missing or unknown
+    results file is reported, and so is a benchmark with no file on the reference GPU."""
     book = copy_book(tmp_path / "book")
-    measured = sorted((book / "results").glob("*/vector_add.json"))
-    if not measured:
-        pytest.skip("no vector_add results committed")
+    reference = book / "results" / gpus.REFERENCE_GPU / "vector_add.json"
+    if not reference.is_file():
+        pytest.skip("no vector_add results committed on the reference GPU")
     kernel = book / "kernels/vector_add.py"
     kernel.write_text(kernel.read_text() + "\n# changed after the numbers were measured\n")
     for path in (book / "results").glob("*/gpu_basics.json"):
         path.unlink()
-    orphan = measured[0].with_name("retired_benchmark.json")
-    shutil.copy(measured[0], orphan)
+    (book / "results" / gpus.REFERENCE_GPU / "matmul.json").unlink(missing_ok=True)
+    orphan = reference.with_name("retired_benchmark.json")
+    shutil.copy(reference, orphan)
     problems = checks.results_problems(book)
-    stale = [p for p in problems if p.startswith(measured[0].relative_to(book).as_posix())]
+    stale = [p for p in problems if p.startswith(reference.relative_to(book).as_posix())]
     assert stale and "kernels/vector_add.py" in stale[0] and 'make refresh ONLY="ch02"' in stale[0]
     assert any(p.startswith("book/bench/gpu_basics.py: benchmark gpu_basics (ch01) has no results") for p in problems)
     assert any(p.startswith(orphan.relative_to(book).as_posix() + ": no benchmark") for p in problems)
+    if list((book / "results").glob("*/matmul.json")):
+        assert any(p.startswith("book/bench/matmul.py: benchmark matmul (ch03) has no results file on the reference")
+                   for p in problems)
+    archived = [path for path in (book / "results").glob("*/vector_add.json") if gpus.is_archived(path.parent.name,
+                                                                                                  book / "results")]
+    for path in archived:
+        rel = path.relative_to(book).as_posix()
+        assert not any(p.startswith(rel) for p in problems)
+        assert any(line.startswith(f"{rel}: measured ") and "kernels/vector_add.py" in line.split("changed since: ")[1]
+                   for line in checks.archived(book))
 
 
 def test_lint_check_names_file_line_and_rule(tmp_path):
@@ -363,10 +429,11 @@ def test_command_prints_every_problem_and_fails(tmp_path):
 
 def test_a_benchmark_awaiting_its_first_gpu_run_is_accepted_only_without_stale_files():
     entry = {"name": "x", "chapter": "ch99", "module": "book/bench/x.py", "sources": ["kernels/x.py"], "results": []}
-    assert "has no results file" in checks.check_benchmark(entry)[0]
-    assert checks.check_benchmark({**entry, "awaiting_gpu": "issue 99"}) == []
-    stale = {"path": "results/g/x.json", "stale": ["kernels/x.py"], "measured": ["kernels/x.py"]}
-    assert "stale results" in checks.check_benchmark({**entry, "awaiting_gpu": "issue 99", "results": [stale]})[0]
+    assert "has no results file" in checks.check_benchmark(entry, "g")[0]
+    assert checks.check_benchmark({**entry, "awaiting_gpu": "issue 99"}, "g") == []
+    stale = {"path": "results/g/x.json", "gpu": "g", "archived": None, "stale": ["kernels/x.py"],
+             "measured": ["kernels/x.py"]}
+    assert "stale results" in checks.check_benchmark({**entry, "awaiting_gpu": "issue 99", "results": [stale]}, "g")[0]
 
 
 KERNEL = "import triton\n\n\n@triton.jit\ndef k():\n    pass\n"
@@ -547,3 +614,63 @@ def test_figures_check_runs_on_every_page(tmp_path):
     [problem] = checks.figure_problems(root)
     assert problem.startswith('docs/glossary.md:3: "5 ms"')
     assert "figures" in checks.CHECKS
+
+
+# The comparisons check: the prose may compare with an archived GPU only where that GPU's view is fresh
+
+COMPARES = "# 98. A chapter\n\n<!-- results: toy table -->\n\nOn the B1 our kernel\nsits behind cuDNN at every N.\n"
+
+
+def _comparisons(tmp_path: Path, page: str, stale: tuple[str, ...] = ("toy",)) -> list[str]:
+    root = _repo(tmp_path, {"docs/chapters/98-a.md": page})
+    gpu = checks.ArchivedGpu("Vendor GPU B", ("GPU B", "B1"), set(stale))
+    return checks.check_comparisons(root, root / "docs/chapters/98-a.md", [gpu])
+
+
+def test_a_sentence_that_reads_a_stale_archived_view_is_flagged(tmp_path):
+    [problem] = _comparisons(tmp_path, COMPARES)
+    assert problem.startswith('docs/chapters/98-a.md:5: "B1" in a sentence that reads a measurement ("our kernel")')
+    assert "the page shows the archived Vendor GPU B's stale results (toy: table)" in problem
+    assert problem.endswith("Fix: say it of the reference GPU's numbers, or drop the comparison; an archived GPU's "
+                            "tab may be compared with only while its results are fresh.")
+
+
+def test_the_same_sentence_passes_where_the_archived_view_is_fresh(tmp_path):
+    assert _comparisons(tmp_path, COMPARES, stale=()) == []
+    assert _comparisons(tmp_path / "other", COMPARES, stale=("other_benchmark",)) == []
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    ["The B1 leads at head dim 64.", "On GPU B the table has one row above the bound.",
+     "Our probes on the B1 are not in the results files.", "The flash backend beats ours on the B1.",
+     "The B1 reached the bound, level with the copy."],
+)
+def test_a_standing_in_the_results_reads_a_measurement(tmp_path, sentence):
+    assert len(_comparisons(tmp_path, f"<!-- results: toy table -->\n\n{sentence}\n")) == 1
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    ["The B1 datasheet gives 3.35 TB/s, ahead of the A1.", "The B1 has 132 SMs and 50 MB of L2.",
+     "The B10 sits behind the copy.", "Its published figure for the B1 is ahead of ours."],
+    ids=["datasheet", "no-measurement", "another-name", "published"],
+)
+def test_a_labelled_or_unrelated_sentence_about_an_archived_gpu_passes(tmp_path, sentence):
+    assert _comparisons(tmp_path, f"<!-- results: toy table -->\n\n{sentence}\n") == []
+
+
+def test_a_datasheet_value_of_the_h100_passes(tmp_path):
+    root = _repo(tmp_path, {"docs/chapters/98-a.md": "<!-- results: toy table -->\n\n"
+                                                     "The H100 SXM5 datasheet gives 3.35 TB/s.\n"})
+    h100 = checks.ArchivedGpu("NVIDIA H100 80GB HBM3", ("H100",), {"toy"})
+    assert checks.check_comparisons(root, root / "docs/chapters/98-a.md", [h100]) == []
+
+
+def test_archived_gpus_of_a_report():
+    stale = _result("gpu-b", stale=["kernels/toy.py"], archived=ARCHIVE)
+    report = {"reference_gpu": REFERENCE, "benchmarks": [
+        _benchmark(results=[_result(stale=["kernels/toy.py"]), stale]),
+        _benchmark(name="fresh", results=[_result(), _result("gpu-b", archived=ARCHIVE)])]}
+    assert checks.archived_gpus(report) == [checks.ArchivedGpu("Vendor GPU-B", ("GPU B", "B1"), {"toy"})]
+    assert "comparisons" in checks.CHECKS
