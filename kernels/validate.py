@@ -71,7 +71,7 @@ def refuse_second_derivative(name: str) -> None:
                            "where you need a gradient of a gradient")
 
 
-INT32_LIMIT = 2**31  # a kernel with 32-bit offsets reaches fewer elements than this
+INT32_LIMIT = 2**31  # the first element offset a kernel with 32-bit offsets cannot reach
 
 
 def largest_offset(tensor: torch.Tensor) -> int:
@@ -82,9 +82,9 @@ def largest_offset(tensor: torch.Tensor) -> int:
 
 
 def check_int32_offsets(name: str, tensor: torch.Tensor) -> None:
-    """Refuse a tensor that spans 2**31 elements or more: a kernel with 32-bit offsets cannot reach them all."""
-    span = largest_offset(tensor) + 1
-    if span >= INT32_LIMIT:
-        raise ValueError(f"{name} spans {span:,} elements (shape {tuple(tensor.shape)}, strides "
-                         f"{tuple(tensor.stride())}); this kernel computes 32-bit offsets and takes fewer than "
-                         f"2**31 = {INT32_LIMIT:,}: split the batch or the heads into several calls")
+    """Refuse a tensor with an element at offset 2**31 or beyond: a kernel with 32-bit offsets cannot reach it."""
+    offset = largest_offset(tensor)
+    if offset >= INT32_LIMIT:
+        raise ValueError(f"{name} reaches element offset {offset:,} (shape {tuple(tensor.shape)}, strides "
+                         f"{tuple(tensor.stride())}); this kernel computes 32-bit offsets and reaches offsets below "
+                         f"2**31 = {INT32_LIMIT:,} only: split the batch or the heads into several calls")

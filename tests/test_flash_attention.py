@@ -172,18 +172,18 @@ def test_bad_input_names_the_problem(name, device):
 
 
 def test_offsets_past_32_bits_are_refused():
-    """The kernel computes 32-bit element offsets: a tensor that spans 2**31 elements or more is refused by name.
-    Meta tensors have shapes and strides but no memory, so the check runs without allocating 4 GiB."""
+    """The kernel computes 32-bit element offsets: a tensor with an element at offset 2**31 or beyond is refused by
+    name. Meta tensors have shapes and strides but no memory, so the check runs without allocating 4 GiB."""
     from kernels.validate import check_int32_offsets, largest_offset
 
-    fits = torch.empty(1, 1, 2**27 - 1, 16, device="meta")
-    check_int32_offsets("q", fits)
-    assert largest_offset(fits) == 2**31 - 17
-    with pytest.raises(ValueError, match=r"q spans 2,147,483,648 elements .* 32-bit offsets"):
-        check_int32_offsets("q", torch.empty(1, 1, 2**27, 16, device="meta"))
+    exactly = torch.empty(1, 1, 2**27, 16, device="meta")  # 2**31 elements: the last at offset 2**31 - 1
+    check_int32_offsets("q", exactly)
+    assert largest_offset(exactly) == 2**31 - 1
+    with pytest.raises(ValueError, match=r"q reaches element offset 2,147,483,663 .* 32-bit offsets"):
+        check_int32_offsets("q", torch.empty(1, 1, 2**27 + 1, 16, device="meta"))
     # A strided view reaches past 2**31 with fewer elements: (B, N, H, D) memory seen as (B, H, N, D).
     view = torch.empty(1, 2**22, 64, 16, device="meta").transpose(1, 2)[:, :1]  # 2**26 elements
-    with pytest.raises(ValueError, match="k spans"):
+    with pytest.raises(ValueError, match="k reaches element offset"):
         check_int32_offsets("k", view)
 
 
@@ -276,10 +276,10 @@ def test_gpu_cpu_tensor_beside_gpu_tensor_is_refused():
 
 
 @pytest.mark.gpu
-def test_gpu_a_tensor_of_2_to_the_31_elements_is_refused_before_launch():
-    q = torch.empty(1, 1, 2**27, 16, device="cuda", dtype=torch.float16)  # 2**31 elements, 4 GiB
+def test_gpu_a_tensor_past_2_to_the_31_elements_is_refused_before_launch():
+    q = torch.empty(1, 1, 2**27 + 1, 16, device="cuda", dtype=torch.float16)  # just past 2**31 elements, 4 GiB
     small = torch.randn(1, 1, 64, 16, device="cuda", dtype=torch.float16)
-    with pytest.raises(ValueError, match="q spans 2,147,483,648 elements"):
+    with pytest.raises(ValueError, match="q reaches element offset 2,147,483,663"):
         attention(q, small, small)
 
 
