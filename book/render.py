@@ -104,11 +104,16 @@ def provenance_line(provenance: dict) -> str:
 STALE_TITLE = "These numbers were measured on an older version of this kernel"
 
 
-def stale_warning(provenance: dict) -> str | None:
+def _changed_sources(provenance: dict) -> str | None:
+    """The measured sources that changed since the run, as a list in backticks (None if none did)."""
     changed = stale_sources(provenance)
-    if not changed:
+    return ", ".join(f"`{path}`" for path in changed) if changed else None
+
+
+def stale_warning(provenance: dict) -> str | None:
+    files = _changed_sources(provenance)
+    if files is None:
         return None
-    files = ", ".join(f"`{path}`" for path in changed)
     return (
         f'!!! warning "{STALE_TITLE}"\n\n'
         f"    {files} changed after this run. Run `make bench` on a GPU to refresh the numbers.\n"
@@ -120,10 +125,9 @@ ARCHIVED_TITLE = "Archived measurement"
 
 def archived_notice(provenance: dict, archive: Archive) -> str | None:
     """The notice above a view of an archived GPU that was measured on older sources (None if it is fresh)."""
-    changed = stale_sources(provenance)
-    if not changed:
+    files = _changed_sources(provenance)
+    if files is None:
         return None
-    files = ", ".join(f"`{path}`" for path in changed)
     return (
         f'!!! note "{ARCHIVED_TITLE}"\n\n'
         f'    Measured on {provenance["gpu"]} on {provenance["date"][:10]} at commit '
