@@ -754,9 +754,8 @@ def _stale_views(text: str, gpu: ArchivedGpu) -> str:
     "causal: table, plot; worklog: table", or "" if there are none."""
     stale: dict[str, list[str]] = {}
     for match in _RESULTS_MARKER.finditer(text):
-        views = stale.setdefault(match["benchmark"], []) if match["benchmark"] in gpu.stale else []
-        if match["view"] not in views:
-            views.append(match["view"])
+        if match["benchmark"] in gpu.stale and match["view"] not in stale.setdefault(match["benchmark"], []):
+            stale[match["benchmark"]].append(match["view"])
     return "; ".join(f"{benchmark}: {', '.join(views)}" for benchmark, views in stale.items())
 
 
