@@ -135,3 +135,34 @@ def archived_notice(provenance: dict, archive: Archive) -> str | None:
         f"This GPU is archived since {archive.since} ({archive.why}).\n"
     )
 
+
+def panel_plot(panels: dict[str, dict[str, tuple[list[float], list[float | None]]]], *, xlabel: str, ylabel: str,
+               panel_width: float = 3.2, height: float = 3.8, legend_below: bool = False):
+    """A row of panels with a shared y axis (a log2 x axis), one line per series; points whose y is None (out of
+    memory, not run) are left out. The same label keeps its color and marker in every panel. The legend goes on the
+    first panel, or below the panels (every series that appears in some panel, once)."""
+    fig, axes = _pyplot().subplots(1, len(panels), figsize=(panel_width * len(panels), height), sharey=True,
+                                   squeeze=False)
+    labels = list(dict.fromkeys(label for series in panels.values() for label in series))
+    markers = "osD^v<>p*h"
+    for ax, (title, series) in zip(axes[0], panels.items(), strict=True):
+        for label, (xs, ys) in series.items():
+            points = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
+            if points:
+                i = labels.index(label)
+                ax.plot(*zip(*points, strict=True), marker=markers[i % len(markers)], color=f"C{i}", markersize=4,
+                        label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel(xlabel)
+    axes[0][0].set_ylabel(ylabel)
+    if legend_below:
+        shown = {}
+        for ax in axes[0]:
+            shown.update({label: handle for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)})
+        fig.legend(list(shown.values()), list(shown), loc="lower center", ncol=3, fontsize=8)
+        fig.tight_layout(rect=(0, 0.12, 1, 1))
+    else:
+        axes[0][0].legend(fontsize=7)
+        fig.tight_layout()
+    return fig

@@ -24,7 +24,15 @@ import triton
 import triton.language as tl
 
 import kernels
-from kernels.validate import check_device, check_dtype, check_ndim, check_same_device, check_same_dtype, softmax_scale
+from kernels.validate import (
+    check_device,
+    check_dtype,
+    check_int32_offsets,
+    check_ndim,
+    check_same_device,
+    check_same_dtype,
+    softmax_scale,
+)
 
 LOG2_E = 1.4426950408889634  # log2(e): exp(x) == exp2(x * LOG2_E)
 LN_2 = 0.6931471805599453  # ln(2): turns a base-2 logsumexp into a natural-log one
@@ -91,13 +99,15 @@ def _attn_inner(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, 
 
 # --8<-- [start:kernel]
 # --8<-- [start:kernel-head]
-@triton.jit
+# Triton compiles a new kernel when an integer argument changes from a multiple of 16 to not; here it must not,
+# so one compiled kernel serves every length. Q_BUCKET and K_BUCKET are for the autotuner's key only.
+@triton.jit(do_not_specialize=["N_CTX_Q", "N_CTX_K", "Q_BUCKET", "K_BUCKET"])
 def _attn_fwd(Q, K, V, Out, Lse, qk_scale,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
               stride_ob, stride_oh, stride_om, stride_od,
-              H, N_CTX_Q, N_CTX_K,
+              H, N_CTX_Q, N_CTX_K, Q_BUCKET, K_BUCKET,
               HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr,
               BOTTOM_RIGHT: tl.constexpr, STORE_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -190,23 +200,48 @@ FP32_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": 32}, num_warps=4, num_s
                 for bm, s in ((64, 2), (32, 2), (32, 1))]
 
 
+# Shared memory one program may use on compute capability 9.0 (H100, H200): 227 KiB (CUDA programming guide).
+SHARED_MEMORY_BYTES = 227 * 1024
+
+
+def shared_memory_bytes(config: triton.Config, head_dim_pad: int, element_bytes: int) -> int:
+    """What a tile shape keeps in shared memory: the Q block, and a K and a V tile for each pipeline stage."""
+    block_m, block_n = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
+    return (block_m + 2 * config.num_stages * block_n) * head_dim_pad * element_bytes
+
+
 def _prune(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
-    """Keep the configs meant for this dtype and head dim (see _configs and FP32_CONFIGS)."""
+    """Keep the configs meant for this dtype and head dim (see _configs and FP32_CONFIGS) that fit in shared
+    memory. One that does not fit would fail to compile: the autotuner skips it, but only after compiling it."""
     meta = {**named_args, **kwargs}
     if kernels.interpreting():
         return configs
     if meta.get("DOT_PRECISION") == "ieee":
         return FP32_CONFIGS
     head_dim = meta.get("HEAD_DIM_PAD", 64)
-    kept = [c for c in configs if (c.kwargs["BLOCK_M"] < 128) == (head_dim > 128)]
+    element_bytes = meta["Q"].element_size() if "Q" in meta else 2
+    kept = [c for c in configs if (c.kwargs["BLOCK_M"] < 128) == (head_dim > 128)
+            and shared_memory_bytes(c, head_dim, element_bytes) <= SHARED_MEMORY_BYTES]
     return kept or configs[:1]
 
 
+# --8<-- [start:tuning]
+def length_bucket(n: int) -> int:
+    """The power of two at or above n. Lengths in one bucket share one tuning: 1,000 and 1,024 tune once."""
+    return triton.next_power_of_2(n)
+
+
+# The autotuner times every candidate the first time it meets a new key, and keeps the fastest. The key holds
+# the length buckets (Q_BUCKET, K_BUCKET), not the lengths, so a new length in a tuned bucket costs no tuning;
+# cache_results=True saves each choice in Triton's cache directory (TRITON_CACHE_DIR, by default
+# ~/.triton/cache), so a new process reuses it. The tensors' dtypes join the key by themselves.
 _attn_fwd_tuned = triton.autotune(
     configs=_configs(),
-    key=["N_CTX_Q", "N_CTX_K", "HEAD_DIM_PAD", "CAUSAL", "BOTTOM_RIGHT"],
+    key=["Q_BUCKET", "K_BUCKET", "HEAD_DIM", "HEAD_DIM_PAD", "CAUSAL", "BOTTOM_RIGHT"],
     prune_configs_by={"early_config_prune": _prune},
+    cache_results=True,
 )(_attn_fwd)
+# --8<-- [end:tuning]
 
 
 # --8<-- [start:wrapper]
@@ -232,6 +267,8 @@ def validate_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"batch * heads must be at most 65535 (one grid axis), got {b} * {h} = {b * h}")
     if n_k == 0:
         raise ValueError("k and v have no keys (sequence length 0): attention over nothing is undefined")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_int32_offsets(name, t)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.numel() and t.stride(-1) != 1:
             raise ValueError(f"{name} must have unit stride along head_dim (strides {tuple(t.stride())}); "
@@ -265,6 +302,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     elif out.shape != q.shape or out.dtype != q.dtype or out.device != q.device or out.stride(-1) != 1:
         raise ValueError(f"out must have q's shape {tuple(q.shape)}, dtype and device, and unit stride along "
                          f"head_dim; got {tuple(out.shape)} {out.dtype} on {out.device}")
+    else:
+        check_int32_offsets("out", out)
     lse = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32) if return_lse else out
     if q.numel() == 0:
         return (out, lse) if return_lse else out
@@ -287,7 +326,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     kernel[grid](
         q, k, v, out, lse, sm_scale * LOG2_E,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        heads, n_q, n_k,
+        heads, n_q, n_k, length_bucket(n_q), length_bucket(n_k),
         HEAD_DIM=head_dim, HEAD_DIM_PAD=max(triton.next_power_of_2(head_dim), 16), CAUSAL=bool(causal),
         BOTTOM_RIGHT=causal_alignment == "bottom-right", STORE_LSE=return_lse,
         # fp32 inputs: exact fp32 products ("ieee"), not TF32, so fp32 results match an fp32 reference.

@@ -32,7 +32,7 @@ import triton.language as tl
 
 import kernels
 from kernels import flash_attention as forward
-from kernels.validate import check_same_device, check_same_dtype, softmax_scale
+from kernels.validate import check_same_device, check_same_dtype, refuse_second_derivative, softmax_scale
 
 LOG2_E = forward.LOG2_E
 
@@ -309,6 +309,7 @@ class FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
+        refuse_second_derivative("FlashAttention")  # its gradients carry no graph: fail, never drop a term
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = attention_backward(do.contiguous() if do.stride(-1) != 1 else do, q, k, v, out, lse,
                                         **ctx.settings)

@@ -47,7 +47,7 @@ from kernels import flash_attention as readable_forward
 from kernels import flash_attention_backward as readable
 from kernels import flash_attention_fast as fast_forward
 from kernels.flash_attention_fast import FallbackWarning
-from kernels.validate import check_same_device, check_same_dtype, softmax_scale
+from kernels.validate import check_same_device, check_same_dtype, refuse_second_derivative, softmax_scale
 
 LOG2_E = 1.4426950408889634
 
@@ -433,6 +433,7 @@ class FastFlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
+        refuse_second_derivative("FastFlashAttention")  # its gradients carry no graph: fail, never drop a term
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = attention_backward(do.contiguous(), q, k, v, out, lse, **ctx.settings)
         return dq, dk, dv, None, None

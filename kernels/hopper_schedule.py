@@ -73,7 +73,8 @@ def item_cost(tiles: list[int]) -> float:
 
 
 def balanced(heads: int, blocks: int, programs: int, cost) -> list[list[int]]:
-    """`in_pairs` up to the last full round; from there, single items longest first to the least loaded program.
+    """`in_pairs` for every full round but the last; the last full round and the partial one go out as single
+    items, longest first, each to the least loaded program.
 
     `cost(block)` models the time of one item of that block (see `item_cost`).
     """

@@ -58,3 +58,33 @@ def softmax_scale(sm_scale: float | None, head_dim: int) -> float:
     if not (scale > 0 and math.isfinite(scale)):
         raise ValueError(f"sm_scale must be a positive finite number, got {sm_scale}")
     return scale
+
+
+def refuse_second_derivative(name: str) -> None:
+    """Call first in an autograd Function's backward. With create_graph=True (a gradient penalty, a Hessian-vector
+    product) autograd runs the backward with grad mode on, to differentiate it again; the book's backward kernels
+    record no graph, so their gradients would silently count as constants. Say so instead."""
+    if torch.is_grad_enabled():
+        raise RuntimeError(f"{name} has no second derivative: its backward kernels record no graph, so a loss built "
+                           "on its gradients (torch.autograd.grad(..., create_graph=True)) would silently lose "
+                           "that term. Take first derivatives only, or use torch's scaled_dot_product_attention "
+                           "where you need a gradient of a gradient")
+
+
+INT32_LIMIT = 2**31  # the first element offset a kernel with 32-bit offsets cannot reach
+
+
+def largest_offset(tensor: torch.Tensor) -> int:
+    """The largest element offset a kernel computes into tensor: sum over dims of (size - 1) * stride."""
+    if tensor.numel() == 0:
+        return 0
+    return sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True))
+
+
+def check_int32_offsets(name: str, tensor: torch.Tensor) -> None:
+    """Refuse a tensor with an element at offset 2**31 or beyond: a kernel with 32-bit offsets cannot reach it."""
+    offset = largest_offset(tensor)
+    if offset >= INT32_LIMIT:
+        raise ValueError(f"{name} reaches element offset {offset:,} (shape {tuple(tensor.shape)}, strides "
+                         f"{tuple(tensor.stride())}); this kernel computes 32-bit offsets and reaches offsets below "
+                         f"2**31 = {INT32_LIMIT:,} only: split the batch or the heads into several calls")

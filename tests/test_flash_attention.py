@@ -5,11 +5,15 @@ sequences, every dtype and head dims 16 to 256 on the GPU.
 """
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import kernels
+from book import ROOT
 from kernels.flash_attention import attention, validate_inputs
 
 # Relative error ||out - ref|| / ||ref|| allowed per dtype. fp32 uses exact ("ieee") dot products.
@@ -167,6 +171,22 @@ def test_bad_input_names_the_problem(name, device):
         attention(*make(device))
 
 
+def test_offsets_past_32_bits_are_refused():
+    """The kernel computes 32-bit element offsets: a tensor with an element at offset 2**31 or beyond is refused by
+    name. Meta tensors have shapes and strides but no memory, so the check runs without allocating 4 GiB."""
+    from kernels.validate import check_int32_offsets, largest_offset
+
+    exactly = torch.empty(1, 1, 2**27, 16, device="meta")  # 2**31 elements: the last at offset 2**31 - 1
+    check_int32_offsets("q", exactly)
+    assert largest_offset(exactly) == 2**31 - 1
+    with pytest.raises(ValueError, match=r"q reaches element offset 2,147,483,663 .* 32-bit offsets"):
+        check_int32_offsets("q", torch.empty(1, 1, 2**27 + 1, 16, device="meta"))
+    # A strided view reaches past 2**31 with fewer elements: (B, N, H, D) memory seen as (B, H, N, D).
+    view = torch.empty(1, 2**22, 64, 16, device="meta").transpose(1, 2)[:, :1]  # 2**26 elements
+    with pytest.raises(ValueError, match="k reaches element offset"):
+        check_int32_offsets("k", view)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"causal_alignment": "middle"}, "causal_alignment must be one of"),
     ({"sm_scale": -1.0}, "sm_scale must be a positive finite number"),
@@ -253,3 +273,48 @@ def test_gpu_cpu_tensor_beside_gpu_tensor_is_refused():
     q = torch.randn(1, 1, 8, 16, device="cuda")
     with pytest.raises(ValueError, match="k is on the CPU"):
         attention(q, q.cpu(), q)
+
+
+@pytest.mark.gpu
+def test_gpu_a_tensor_past_2_to_the_31_elements_is_refused_before_launch():
+    q = torch.empty(1, 1, 2**27 + 1, 16, device="cuda", dtype=torch.float16)  # just past 2**31 elements, 4 GiB
+    small = torch.randn(1, 1, 64, 16, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="q reaches element offset 2,147,483,663"):
+        attention(q, small, small)
+
+
+# First calls at new lengths, in a process with an empty Triton cache, so that the autotuner compiles and times every
+# candidate tile shape: without and with the causal mask and the logsumexp (the backward's forward), at a length that
+# is not a multiple of 16 and at one that is. It prints what the autotuner skipped (a candidate that failed to
+# compile) and the relative error against float64 SDPA if too large; a crash of the PTX assembler prints its dump.
+FIRST_CALL = """
+import torch
+from kernels import flash_attention as fa
+
+dtype = getattr(torch, "{dtype}")
+for n_q, n_k, causal, alignment in ((1000 + {d}, 1000 + {d}, False, "top-left"), (777, 2048, True, "bottom-right")):
+    q = torch.randn(1, 3, n_q, {d}, device="cuda", dtype=dtype)
+    k, v = (torch.randn(1, 3, n_k, {d}, device="cuda", dtype=dtype) for _ in range(2))
+    result = fa.attention(q, k, v, causal=causal, causal_alignment=alignment, return_lse=causal)
+    out = result[0] if causal else result
+    mask = torch.ones(n_q, n_k, device="cuda", dtype=torch.bool).tril(n_k - n_q) if causal else None
+    expected = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask)
+    error = ((out.double() - expected).norm() / expected.norm()).item()
+    skipped = [str(c) for c, t in getattr(fa._attn_fwd_tuned, "configs_timings", {{}}).items() if t[0] == float("inf")]
+    if skipped or error > {rtol}:
+        print(f"{{n_q}} x {{n_k}} causal={{causal}}: relative error {{error:.1e}}, failed candidates: {{skipped}}")
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=["fp16", "bf16", "fp32"])
+@pytest.mark.parametrize("d", GPU_HEAD_DIMS)
+def test_gpu_first_call_at_a_new_length_prints_nothing(dtype, d, tmp_path):
+    """No compiler dump on a reader's screen: every candidate the autotuner tries compiles, at every head dim and
+    dtype, and nothing reaches stdout or stderr."""
+    code = FIRST_CALL.format(dtype=str(dtype).removeprefix("torch."), d=d, rtol=RTOL[dtype])
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ, TRITON_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == "", done.stdout[:3000]
+    assert done.stderr == "", done.stderr[:3000]

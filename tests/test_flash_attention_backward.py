@@ -127,6 +127,17 @@ def test_autograd_function_gives_every_gradient(device):
         assert rel_err(got, ref) <= RTOL[torch.float32]
 
 
+def test_a_second_derivative_raises_instead_of_dropping_a_term(device):
+    """The backward kernels' gradients carry no graph. Asking for a gradient to differentiate again (a gradient
+    penalty) must fail loudly, not give a gradient that silently counts as a constant."""
+    q, k, v, _ = inputs(1, 1, 20, 20, 16, torch.float32, device, seed=3)
+    q.requires_grad_()
+    with pytest.raises(RuntimeError, match="FlashAttention has no second derivative"):
+        torch.autograd.grad(forward_attention(q, k, v, causal=True).sum(), q, create_graph=True)
+    (dq_once,) = torch.autograd.grad(forward_attention(q, k, v, causal=True).sum(), q)  # one derivative: fine
+    assert torch.isfinite(dq_once).all()
+
+
 @pytest.mark.parametrize(("causal", "alignment", "n_q", "n_k"), [(False, "top-left", 20, 20),
                                                                   (True, "bottom-right", 12, 20)])
 def test_gradients_agree_with_finite_differences_of_the_forward(causal, alignment, n_q, n_k, device, rng):

@@ -47,6 +47,14 @@ def test_every_step_of_the_worklog_matches_float64(switches, causal, device):
           **switches)
 
 
+def test_a_second_derivative_through_the_fast_path_raises(device):
+    q, k, v, _ = inputs(1, 1, 128, 128, 64, torch.float16, device, seed=4)
+    q.requires_grad_()
+    out = fast.attention(q, k, v)
+    with pytest.raises(RuntimeError, match="FastFlashAttention has no second derivative"):
+        torch.autograd.grad(out.float().sum(), q, create_graph=True)
+
+
 def test_inputs_off_the_fast_path_fall_back_to_chapter_10_with_a_reason(device):
     q, k, v, do = inputs(1, 1, 200, 200, 64, torch.float16, device)  # 200 is not a multiple of 128
     with pytest.warns(FallbackWarning, match="sequence length 200 is not a multiple of 128"):

@@ -221,24 +221,19 @@ def step_table(result: dict) -> str:
 
 def plot(result: dict):
     """Backward TFLOP/s against N, fp16, one panel per head dim and causal setting."""
-    import matplotlib.pyplot as plt
-
     rows = [r for r in _speed(result) if r["dtype"] == "float16"]
-    panels = sorted({(r["head_dim"], r["causal"]) for r in rows})
-    fig, axes = plt.subplots(1, len(panels), figsize=(11.0, 3.6), sharey=True, squeeze=False)
-    for ax, (d, causal) in zip(axes[0], panels, strict=True):
+    return speed_panels(rows, sorted({(r["head_dim"], r["causal"]) for r in rows}), NAMES,
+                        lambda d, causal: f"D = {d}, {'causal' if causal else 'non-causal'}", "backward TFLOP/s (fp16)")
+
+
+def speed_panels(rows: list[dict], shapes, names: dict[str, str], title, ylabel: str):
+    """One panel per (head dim, causal) of shapes, one line per implementation of names: its backward TFLOP/s."""
+    panels = {}
+    for d, causal in shapes:
         chosen = sorted((r for r in rows if r["head_dim"] == d and r["causal"] == causal), key=lambda r: r["N"])
-        for i, name in enumerate(NAMES):
-            points = [(r["N"], r[f"{name}_backward"]) for r in chosen if r[f"{name}_backward"] is not None]
-            if points:
-                ax.plot(*zip(*points, strict=True), marker="osD^v"[i], markersize=4, label=NAMES[name])
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"D = {d}, {'causal' if causal else 'non-causal'}", fontsize=9)
-        ax.set_xlabel("N")
-    axes[0][0].set_ylabel("backward TFLOP/s (fp16)")
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+        panels[title(d, causal)] = {label: ([r["N"] for r in chosen], [r[f"{name}_backward"] for r in chosen])
+                                    for name, label in names.items()}
+    return render.panel_plot(panels, xlabel="N", ylabel=ylabel, panel_width=11.0 / len(panels), height=3.6)
 
 
 def targets(result: dict) -> str:

@@ -18,7 +18,7 @@ Before timing, every implementation's gradients of the first (batch, head) are c
 from __future__ import annotations
 
 from book import render
-from book.bench.backward import BACKENDS, BACKWARD_FLOPS, DTYPES, GRAD_RTOL, HEADS, SIZES, TOKENS, _plain
+from book.bench.backward import BACKENDS, BACKWARD_FLOPS, DTYPES, GRAD_RTOL, HEADS, SIZES, TOKENS, _plain, speed_panels
 from book.bench.registry import Benchmark, Progress
 from book.bench.timing import gpu_ms_interleaved, tflops
 from book.bench.worklog import Step
@@ -564,23 +564,8 @@ def checks(result: dict) -> str:
 
 def plot(result: dict):
     """Backward TFLOP/s against N, bf16, one panel per head dim and causal setting."""
-    import matplotlib.pyplot as plt
-
     rows = [r for r in _rows(result, "speed") if r["dtype"] == "bfloat16"]
-    fig, axes = plt.subplots(1, len(SHAPES), figsize=(11.0, 3.6), sharey=True, squeeze=False)
-    for ax, (d, causal) in zip(axes[0], SHAPES, strict=True):
-        chosen = sorted((r for r in rows if r["head_dim"] == d and r["causal"] == causal), key=lambda r: r["N"])
-        for i, name in enumerate(NAMES):
-            points = [(r["N"], r[f"{name}_backward"]) for r in chosen if r[f"{name}_backward"] is not None]
-            if points:
-                ax.plot(*zip(*points, strict=True), marker="osD^v"[i], markersize=4, label=NAMES[name])
-        ax.set_xscale("log", base=2)
-        ax.set_title(_label(d, causal), fontsize=9)
-        ax.set_xlabel("N")
-    axes[0][0].set_ylabel("backward TFLOP/s (bf16)")
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+    return speed_panels(rows, SHAPES, NAMES, _label, "backward TFLOP/s (bf16)")
 
 
 BENCHMARK = Benchmark(

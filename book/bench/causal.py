@@ -239,25 +239,14 @@ def tflops_table(result: dict) -> str:
 
 
 def tflops_plot(result: dict):
-    dims = _head_dims(result)
-    fig, axes = render.plt.subplots(1, len(dims), figsize=(4.2 * len(dims), 4.0), squeeze=False, sharey=True)
-    markers = "osD^"
-    for ax, d in zip(axes[0], dims, strict=True):
+    keys = {"ours (Triton)": "triton_causal_TFLOPs", **{PEER_LABELS[p]: f"sdpa_{p}_causal_TFLOPs" for p in PEERS}}
+    panels = {}
+    for d in _head_dims(result):
         rows = [row for row in result["rows"] if row["head_dim"] == d]
-        xs = [row["seq_len"] for row in rows]
-        keys = {"ours (Triton)": "triton_causal_TFLOPs",
-                **{PEER_LABELS[p]: f"sdpa_{p}_causal_TFLOPs" for p in PEERS}}
-        for i, (label, key) in enumerate(keys.items()):
-            points = [(x, row[key]) for x, row in zip(xs, rows, strict=True) if row[key] is not None]
-            if points:
-                ax.plot(*zip(*points, strict=True), marker=markers[i], markersize=4, label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("Sequence length N")
-        ax.set_title(f"Causal, head dim {d}, fp16")
-    axes[0][0].set_ylabel("TFLOP/s (causal FLOPs: half of 4·B·H·N²·D)")
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+        panels[f"Causal, head dim {d}, fp16"] = {label: ([row["seq_len"] for row in rows], [row[key] for row in rows])
+                                                  for label, key in keys.items()}
+    return render.panel_plot(panels, xlabel="Sequence length N", ylabel="TFLOP/s (causal FLOPs: half of 4·B·H·N²·D)",
+                             panel_width=4.2, height=4.0)
 
 
 def checks(result: dict) -> str:

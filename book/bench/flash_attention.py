@@ -240,26 +240,16 @@ def _memory(result: dict) -> list[dict]:
 
 
 def tflops_plot(result: dict):
-    import matplotlib.pyplot as plt
-
-    panels = [(d, c) for d in sorted({r["D"] for r in _speed(result)}) for c in (False, True) if _speed(result, d, c)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.8), sharey=True, squeeze=False)
-    for ax, (d, causal) in zip(axes[0], panels, strict=True):
-        rows = _speed(result, d, causal)
-        for i, (key, label) in enumerate(LABELS.items()):
-            points = [(r["N"], r[f"{key}_TFLOPs"]) for r in rows if r.get(f"{key}_TFLOPs") is not None]
-            if points:
-                ax.plot(*zip(*points, strict=True), marker="osD^v"[i], color=f"C{i}", markersize=4, label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"D = {d}, {'causal' if causal else 'non-causal'}", fontsize=9)
-        ax.set_xlabel("Sequence length N")
-    axes[0][0].set_ylabel("TFLOP/s (fp16, 4·B·H·N²·D, causal halved)")
-    legend = {}  # every series that appears in some panel, once
-    for ax in axes[0]:
-        legend.update({label: handle for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)})
-    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=3, fontsize=8)
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
-    return fig
+    panels = {}
+    for d in sorted({r["D"] for r in _speed(result)}):
+        for causal in (False, True):
+            rows = _speed(result, d, causal)
+            if rows:
+                panels[f"D = {d}, {'causal' if causal else 'non-causal'}"] = {
+                    label: ([r["N"] for r in rows], [r.get(f"{key}_TFLOPs") for r in rows])
+                    for key, label in LABELS.items()}
+    return render.panel_plot(panels, xlabel="Sequence length N", ylabel="TFLOP/s (fp16, 4·B·H·N²·D, causal halved)",
+                             legend_below=True)
 
 
 def _ratio(a: float | None, b: float | None) -> str | None:
