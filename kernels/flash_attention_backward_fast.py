@@ -288,7 +288,10 @@ def fallback_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | 
         return "a GPU older than Hopper (the fast backward is tuned for compute capability 9.0)"
     if kernels.interpreting() and q.dtype == torch.bfloat16:
         return "bfloat16 under the CPU interpreter (its tl.dot on bf16 is wrong; chapter 10's kernels upcast)"
-    return fast_forward.shape_reason(q, k, v)
+    # These kernels, like the Gluon forward, take equal lengths that are a multiple of 128, and equal heads.
+    if k.shape[1] != q.shape[1]:
+        return f"grouped-query attention ({q.shape[1]} query heads, {k.shape[1]} K/V heads)"
+    return fast_forward.shape_reason(q, k, v) or fast_forward.gluon_reason(q, k)
 
 
 def gluon_reason(q: torch.Tensor) -> str | None:

@@ -62,27 +62,30 @@ def _items_of_this_program(schedule):
 
 
 @gluon.jit
-def _item(schedule, first, k, seq_len, block_m: gl.constexpr, block_n: gl.constexpr, CAUSAL: gl.constexpr):
-    """This program's k-th work item: its first Q row and first K/V row in the 2-D views, and its K/V tiles.
+def _item(schedule, first, k, dims, block_m: gl.constexpr, block_n: gl.constexpr, CAUSAL: gl.constexpr):
+    """This program's k-th work item: its first Q row in the 2-D view of q and in its sequence, its first K/V row
+    in the 2-D view of k and v, and its number of K/V tiles.
 
+    dims = (sequence length, query heads, query heads per K/V head): query head h reads K/V head h // group.
     Which items a program takes, and in which order, is decided on the host (kernels/hopper_schedule.py).
     """
+    seq_len, heads, group = dims
     blocks = gl.cdiv(seq_len, block_m)
     item = gl.load(schedule + first + k)
-    head = item // blocks
+    head = item // blocks  # batch * heads + query head
     block = item % blocks
-    kv_row0 = head * seq_len
+    kv_row0 = ((head // heads) * (heads // group) + (head % heads) // group) * seq_len
     if CAUSAL:  # keys up to the block's last query
         n_tiles = gl.minimum(gl.cdiv((block + 1) * block_m, block_n), seq_len // block_n)
     else:
         n_tiles = seq_len // block_n
-    return kv_row0 + block * block_m, kv_row0, n_tiles
+    return head * seq_len + block * block_m, block * block_m, kv_row0, n_tiles
 # --8<-- [end:items]
 
 
 # --8<-- [start:load]
 @gluon.jit
-def _load_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
+def _load_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
                     CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
                     EXP2_ON_FMA: gl.constexpr):
     """One warp: per item, both Q halves once its Q buffer is free, then K_j and V_j into the ring."""
@@ -96,7 +99,7 @@ def _load_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, WAR
     tile = 0  # K/V tiles copied so far, over all items: it picks the ring slot and the barrier phase
     first, n_items = _items_of_this_program(schedule)
     for k in range(n_items):
-        q_row, kv_row0, n_tiles = _item(schedule, first, k, seq_len, block_m, block_n, CAUSAL)
+        q_row, _, kv_row0, n_tiles = _item(schedule, first, k, dims, block_m, block_n, CAUSAL)
         # A barrier completes a phase each time all its arrivals are in. The first wait on a `free`
         # barrier asks for phase 1, which a fresh barrier counts as already complete.
         mbarrier.wait(q_free, (k & 1) ^ 1)
@@ -176,7 +179,7 @@ def _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, CAUSAL: gl.constexpr, EXP
 
 # --8<-- [start:compute]
 @gluon.jit
-def _compute_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
+def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
                        CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
                        EXP2_ON_FMA: gl.constexpr):
     """One warpgroup: per item, 64 query rows against its K/V tiles, the next scores overlapping this softmax."""
@@ -201,15 +204,15 @@ def _compute_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 
     tile = 0  # K/V tiles used so far, over all items, as in the copying warp
     first, n_items = _items_of_this_program(schedule)
     for k in range(n_items):
-        q_row, kv_row0, n_tiles = _item(schedule, first, k, seq_len, block_m, block_n, CAUSAL)
+        q_row, first_row, kv_row0, n_tiles = _item(schedule, first, k, dims, block_m, block_n, CAUSAL)
         q_row += WARPGROUP * ROWS_PER_WARPGROUP
-        first_row = q_row - kv_row0  # position of this warpgroup's first query in its sequence
+        first_row += WARPGROUP * ROWS_PER_WARPGROUP  # position of this warpgroup's first query in its sequence
         # The tiles this warpgroup needs: with causal attention, the block's later rows may need more; rows
         # past the end of a partial last block need none. It only frees the tiles it does not need.
         n_mine = n_tiles
         if CAUSAL:
             n_mine = gl.minimum(gl.cdiv(first_row + ROWS_PER_WARPGROUP, block_n), n_tiles)
-        if first_row >= seq_len:
+        if first_row >= dims[0]:
             n_mine = 0
         mbarrier.wait(q_ready, k & 1)
         if n_mine == 0:
@@ -283,26 +286,26 @@ def _compute_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 
 
 
 @gluon.jit
-def _second_warpgroup(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
+def _second_warpgroup(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
                       CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
                       EXP2_ON_FMA: gl.constexpr):
     """Worker partitions share one signature; this one runs the compute role for the second 64 rows."""
-    _compute_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE, PINGPONG,
+    _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE, PINGPONG,
                        EXP2_ON_FMA)
 
 
 @gluon.jit
-def _third_warpgroup(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
+def _third_warpgroup(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
                      CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
                      EXP2_ON_FMA: gl.constexpr):
-    _compute_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 2, CAUSAL, STORE_LSE, PINGPONG,
+    _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 2, CAUSAL, STORE_LSE, PINGPONG,
                        EXP2_ON_FMA)
 # --8<-- [end:compute]
 
 
 # --8<-- [start:kernel]
 @gluon.jit
-def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, seq_len, schedule,
+def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, seq_len, heads, group, schedule,
                        CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, STAGES: gl.constexpr,
                        PINGPONG: gl.constexpr, EXP2_ON_FMA: gl.constexpr,
                        WARPGROUPS: gl.constexpr, WORKER_REGS: gl.constexpr):
@@ -332,29 +335,30 @@ def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, seq_le
         mbarrier.arrive(turn.index(0), count=1)
 
     descs = (q_desc, k_desc, v_desc, o_desc)
+    dims = (seq_len, heads, group)
     smem = (q_smem, k_smem, v_smem, o_smem)
     bars = (q_ready, q_free, k_ready, k_free, v_ready, v_free, turn)
     if WARPGROUPS == 2:
         gl.warp_specialize([
             # The kernel's own 4 warps compute query rows 0-63 of each item.
-            (_compute_partition, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+            (_compute_partition, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
                                   PINGPONG, EXP2_ON_FMA)),
             # 4 more warps compute rows 64-127.
-            (_second_warpgroup, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
+            (_second_warpgroup, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
                                  PINGPONG, EXP2_ON_FMA)),
             # 1 warp issues the copies.
-            (_load_partition, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+            (_load_partition, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
                                PINGPONG, EXP2_ON_FMA)),
         ], [4, 1], [WORKER_REGS, 24])
     else:  # the same, with a third computing warpgroup for rows 128-191
         gl.warp_specialize([
-            (_compute_partition, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+            (_compute_partition, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
                                   PINGPONG, EXP2_ON_FMA)),
-            (_second_warpgroup, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
+            (_second_warpgroup, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
                                  PINGPONG, EXP2_ON_FMA)),
-            (_third_warpgroup, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 2, CAUSAL, STORE_LSE,
+            (_third_warpgroup, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 2, CAUSAL, STORE_LSE,
                                 PINGPONG, EXP2_ON_FMA)),
-            (_load_partition, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+            (_load_partition, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
                                PINGPONG, EXP2_ON_FMA)),
         ], [4, 4, 1], [WORKER_REGS, WORKER_REGS, 24])
 # --8<-- [end:kernel]
@@ -405,9 +409,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                          f"head dim {head_dim}")
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty((batch, heads, seq), device=q.device, dtype=torch.float32) if return_lse else out
-    rows = batch * heads * seq
 
     def descriptor(t, block_rows):
+        rows = t.shape[0] * t.shape[1] * seq
         return TensorDescriptor(t.view(rows, head_dim), [rows, head_dim], [head_dim, 1], [block_rows, head_dim],
                                 _shared_layout(q.dtype, block_rows, head_dim))
 
@@ -416,7 +420,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                                          bool(causal), _sm_count(q.device))
     _hopper_fwd_kernel[(programs,)](
         descriptor(q, ROWS_PER_WARPGROUP.value), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N),
-        descriptor(out, ROWS_PER_WARPGROUP.value), lse, sm_scale * LOG2_E, seq, table,
+        descriptor(out, ROWS_PER_WARPGROUP.value), lse, sm_scale * LOG2_E, seq, heads, heads // k.shape[1], table,
         CAUSAL=bool(causal), STORE_LSE=return_lse, STAGES=STAGES, PINGPONG=pingpong,
         EXP2_ON_FMA=exp2_on_fma, WARPGROUPS=warpgroups, WORKER_REGS=REGISTERS[warpgroups][1],
         num_warps=4, maxnreg=REGISTERS[warpgroups][0],

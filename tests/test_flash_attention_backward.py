@@ -216,6 +216,19 @@ def test_gpu_gradients(dtype, n_q, n_k, d, causal, alignment):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("heads", "kv_heads", "n_q", "n_k", "d", "causal", "alignment"), [
+    (32, 8, 1000, 1000, 128, True, "top-left"),  # Llama 3's heads
+    (28, 4, 777, 777, 64, False, "top-left"),  # Qwen2.5's
+    (8, 1, 300, 1200, 128, True, "bottom-right"),  # one K/V head: a 70B model's shard, chunked prefill
+])
+def test_gpu_grouped_query_gradients(dtype, heads, kv_heads, n_q, n_k, d, causal, alignment):
+    q, k, v, do = inputs(1, heads, n_q, n_k, d, dtype, "cuda", seed=heads, kv_heads=kv_heads)
+    _poison_the_allocator()
+    check(q, k, v, do, causal, alignment)
+
+
+@pytest.mark.gpu
 def test_gpu_autograd_matches_sdpa_in_a_small_model_step():
     q, k, v, do = inputs(4, 8, 2048, 2048, 64, torch.float16, "cuda", seed=3)
     ours = [t.clone().requires_grad_() for t in (q, k, v)]

@@ -61,6 +61,12 @@ def test_inputs_off_the_fast_path_fall_back_to_chapter_10_with_a_reason(device):
         check(q, k, v, do, True)
 
 
+def test_grouped_heads_fall_back_to_chapter_10_with_a_reason(device):
+    q, k, v, do = inputs(1, 4, 128, 128, 64, torch.float16, device, kv_heads=2)
+    with pytest.warns(FallbackWarning, match=r"grouped-query attention \(4 query heads, 2 K/V heads\)"):
+        check(q, k, v, do, True)
+
+
 @pytest.mark.parametrize(("change", "message"), [
     (lambda t: {**t, "lse": t["lse"].to(torch.float16)}, "lse must be the forward's contiguous float32"),
     (lambda t: {**t, "do": t["do"][:, :, :128]}, "do must have q's shape"),
