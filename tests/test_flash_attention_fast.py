@@ -219,6 +219,7 @@ ANY_SHAPES = [  # (heads, kv_heads, n_q, n_k, causal, alignment)
     (4, 4, 1, 777, True, "bottom-right"),
     (6, 3, 640, 384, False, "top-left"),
     (4, 1, 1024, 1024, True, "top-left"),
+    (32, 8, 512, 512, False, "top-left"),
 ]
 
 
