@@ -129,33 +129,38 @@ def _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, s
 # --8<-- [start:dkdv]
 @triton.jit
 def _dkdv_kernel(q_src, k_src, v_src, do_src, dk_dst, dv_dst, dq_acc, lse2_ptr, delta_ptr, sm_scale, qk_scale,
-                 N, N_BUCKET, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 N, N_BUCKET, H, GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  CAUSAL: tl.constexpr, SPLIT_DIAGONAL: tl.constexpr, TRANSPOSED: tl.constexpr,
                  ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr):
-    # One program per (K/V block, batch*head); the tensors are seen as 2-D (batch*heads*seq, head_dim).
+    # One program per (K/V block, batch*K/V head); the tensors are seen as 2-D (batch*heads*seq, head_dim). With
+    # grouped-query attention a K/V head serves GROUP query heads: the program sums their shares of dK and dV.
     start_n = tl.program_id(0) * BLOCK_N
-    row0 = tl.program_id(1) * N  # first row of this head
+    kv_row0 = tl.program_id(1) * N  # first row of this K/V head
+    kv_heads = H // GROUP
+    first_head = (tl.program_id(1) // kv_heads) * H + (tl.program_id(1) % kv_heads) * GROUP  # in batch*heads
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    k = _load_tile(k_src, row0 + start_n, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
-    v = _load_tile(v_src, row0 + start_n, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
+    k = _load_tile(k_src, kv_row0 + start_n, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
+    v = _load_tile(v_src, kv_row0 + start_n, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
-    lo = 0
-    if CAUSAL:  # queries before start_n see none of these keys; the blocks up to start_n + BLOCK_N need the mask
-        diagonal_end = N
-        if SPLIT_DIAGONAL:
-            diagonal_end = start_n + BLOCK_N
-        for start_m in range(start_n, diagonal_end, BLOCK_M):
+    for head in range(first_head, first_head + GROUP):
+        row0 = head * N  # first row of this query head
+        lo = 0
+        if CAUSAL:  # queries before start_n see none of these keys; the blocks up to start_n + BLOCK_N need the mask
+            diagonal_end = N
+            if SPLIT_DIAGONAL:
+                diagonal_end = start_n + BLOCK_N
+            for start_m in range(start_n, diagonal_end, BLOCK_M):
+                dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, start_m, offs_n,
+                                    offs_d, qk_scale, HEAD_DIM, BLOCK_M, True, TRANSPOSED, ATOMIC_DQ, USE_TMA)
+            lo = diagonal_end
+        for start_m in range(lo, N, BLOCK_M):  # blocks that see every key of this program: no mask
             dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, start_m, offs_n,
-                                offs_d, qk_scale, HEAD_DIM, BLOCK_M, True, TRANSPOSED, ATOMIC_DQ, USE_TMA)
-        lo = diagonal_end
-    for start_m in range(lo, N, BLOCK_M):  # blocks that see every key of this program: no mask
-        dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, start_m, offs_n,
-                            offs_d, qk_scale, HEAD_DIM, BLOCK_M, False, TRANSPOSED, ATOMIC_DQ, USE_TMA)
-    _store_tile(dk_dst, row0 + start_n, (dk * sm_scale).to(k.dtype), tl.arange(0, BLOCK_N), offs_d, HEAD_DIM,
+                                offs_d, qk_scale, HEAD_DIM, BLOCK_M, False, TRANSPOSED, ATOMIC_DQ, USE_TMA)
+    _store_tile(dk_dst, kv_row0 + start_n, (dk * sm_scale).to(k.dtype), tl.arange(0, BLOCK_N), offs_d, HEAD_DIM,
                 USE_TMA)
-    _store_tile(dv_dst, row0 + start_n, dv.to(v.dtype), tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
+    _store_tile(dv_dst, kv_row0 + start_n, dv.to(v.dtype), tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
 # --8<-- [end:dkdv]
 
 
@@ -176,12 +181,13 @@ def _dq_loop(dq, q, do, lse2, delta, k_src, v_src, row0, offs_m, offs_d, lo, hi,
 
 
 @triton.jit
-def _dq_kernel(q_src, k_src, v_src, do_src, dq_dst, lse2_ptr, delta_ptr, sm_scale, qk_scale, N, N_BUCKET,
+def _dq_kernel(q_src, k_src, v_src, do_src, dq_dst, lse2_ptr, delta_ptr, sm_scale, qk_scale, N, N_BUCKET, H, GROUP,
                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                SPLIT_DIAGONAL: tl.constexpr, USE_TMA: tl.constexpr):
-    # One program per (Q block, batch*head).
+    # One program per (Q block, batch*head); query head h reads K/V head h // GROUP.
     start_m = tl.program_id(0) * BLOCK_M
     row0 = tl.program_id(1) * N
+    kv_row0 = ((tl.program_id(1) // H) * (H // GROUP) + (tl.program_id(1) % H) // GROUP) * N
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     q = _load_tile(q_src, row0 + start_m, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA)
@@ -191,15 +197,15 @@ def _dq_kernel(q_src, k_src, v_src, do_src, dq_dst, lse2_ptr, delta_ptr, sm_scal
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     if CAUSAL:
         if SPLIT_DIAGONAL:  # keys before start_m are seen by every row; only the diagonal block needs the mask
-            dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, row0, offs_m, offs_d, 0, start_m, qk_scale,
+            dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, kv_row0, offs_m, offs_d, 0, start_m, qk_scale,
                           HEAD_DIM, BLOCK_N, False, USE_TMA)
-            dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, row0, offs_m, offs_d, start_m, start_m + BLOCK_M,
+            dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, kv_row0, offs_m, offs_d, start_m, start_m + BLOCK_M,
                           qk_scale, HEAD_DIM, BLOCK_N, True, USE_TMA)
         else:
-            dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, row0, offs_m, offs_d, 0, start_m + BLOCK_M,
+            dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, kv_row0, offs_m, offs_d, 0, start_m + BLOCK_M,
                           qk_scale, HEAD_DIM, BLOCK_N, True, USE_TMA)
     else:
-        dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, row0, offs_m, offs_d, 0, N, qk_scale, HEAD_DIM,
+        dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, kv_row0, offs_m, offs_d, 0, N, qk_scale, HEAD_DIM,
                       BLOCK_N, False, USE_TMA)
     _store_tile(dq_dst, row0 + start_m, (dq * sm_scale).to(q.dtype), tl.arange(0, BLOCK_M), offs_d, HEAD_DIM,
                 USE_TMA)
@@ -288,9 +294,7 @@ def fallback_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | 
         return "a GPU older than Hopper (the fast backward is tuned for compute capability 9.0)"
     if kernels.interpreting() and q.dtype == torch.bfloat16:
         return "bfloat16 under the CPU interpreter (its tl.dot on bf16 is wrong; chapter 10's kernels upcast)"
-    # These kernels, like the Gluon forward, take equal lengths that are a multiple of 128, and equal heads.
-    if k.shape[1] != q.shape[1]:
-        return f"grouped-query attention ({q.shape[1]} query heads, {k.shape[1]} K/V heads)"
+    # These kernels, like the Gluon forward, take equal query and key lengths that are a multiple of 128.
     return fast_forward.shape_reason(q, k, v) or fast_forward.gluon_reason(q, k)
 
 
@@ -373,7 +377,7 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
         return readable.attention_backward(do, q, k, v, out, lse, causal=causal, sm_scale=sm_scale)
     check_saved(do, q, out, lse)
     switches = {**BEST_FEATURES, **features}
-    if switches["GLUON"] and gluon_reason(q) is None:
+    if switches["GLUON"] and gluon_reason(q) is None and k.shape[1] == q.shape[1]:  # Gluon: equal heads only
         if dkdv_config is not None or dq_config is not None:
             raise ValueError("dkdv_config and dq_config pin the Triton kernels' tiles; the Gluon kernel has its "
                              "own, so pass GLUON=False with them")
@@ -390,8 +394,9 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
         dkdv_config = dkdv_config or config(64, 128, 4, 1)
         dq_config = dq_config or config(128, 64, 4, 1)
 
-    rows = batch * heads * seq
-    q2, k2, v2, o2, do2 = (t.view(rows, head_dim) for t in (q, k, v, out, do))
+    rows, kv_heads = batch * heads * seq, k.shape[1]
+    q2, o2, do2 = (t.view(rows, head_dim) for t in (q, out, do))
+    k2, v2 = (t.view(batch * kv_heads * seq, head_dim) for t in (k, v))
     dq, dk, dv = (torch.empty_like(t) for t in (q2, k2, v2))
     delta = torch.empty(rows, device=q.device, dtype=torch.float32)
     lse2 = torch.empty_like(delta)
@@ -401,7 +406,7 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
                                             BLOCK=PREPROCESS_ROWS, ZERO_DQ=switches["ATOMIC_DQ"])
 
     def source(t):  # placeholder block shapes; _set_block_shapes puts in the real ones before each launch
-        return TensorDescriptor(t, [rows, head_dim], [head_dim, 1], [64, head_dim]) if switches["USE_TMA"] else t
+        return TensorDescriptor(t, list(t.shape), [head_dim, 1], [64, head_dim]) if switches["USE_TMA"] else t
 
     # SPLIT_DIAGONAL means nothing without the mask: leave it off there, so both settings share one compiled kernel.
     common = dict(HEAD_DIM=head_dim, CAUSAL=bool(causal), SPLIT_DIAGONAL=switches["SPLIT_DIAGONAL"] and bool(causal),
@@ -409,14 +414,14 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     bucket = min(triton.next_power_of_2(seq), 16384)
     args = (source(q2), source(k2), source(v2), source(do2), source(dk), source(dv),
             source(dq_acc) if switches["ATOMIC_DQ"] else dq_acc, lse2, delta,
-            sm_scale, sm_scale * LOG2_E, seq, bucket)
-    _launch(_dkdv_kernel, _dkdv_tuned, dkdv_config, lambda meta: (seq // meta["BLOCK_N"], batch * heads), args,
+            sm_scale, sm_scale * LOG2_E, seq, bucket, heads, heads // kv_heads)
+    _launch(_dkdv_kernel, _dkdv_tuned, dkdv_config, lambda meta: (seq // meta["BLOCK_N"], batch * kv_heads), args,
             dict(common, TRANSPOSED=switches["TRANSPOSED"], ATOMIC_DQ=switches["ATOMIC_DQ"]))
     if switches["ATOMIC_DQ"]:
         _dq_from_buffer[(rows // PREPROCESS_ROWS,)](dq_acc, dq, sm_scale, HEAD_DIM=head_dim, BLOCK=PREPROCESS_ROWS)
     else:
         args = (source(q2), source(k2), source(v2), source(do2), source(dq), lse2, delta, sm_scale,
-                sm_scale * LOG2_E, seq, bucket)
+                sm_scale * LOG2_E, seq, bucket, heads, heads // kv_heads)
         _launch(_dq_kernel, _dq_tuned, dq_config, lambda meta: (seq // meta["BLOCK_M"], batch * heads), args,
                 common)
     return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape)

@@ -61,10 +61,14 @@ def test_inputs_off_the_fast_path_fall_back_to_chapter_10_with_a_reason(device):
         check(q, k, v, do, True)
 
 
-def test_grouped_heads_fall_back_to_chapter_10_with_a_reason(device):
-    q, k, v, do = inputs(1, 4, 128, 128, 64, torch.float16, device, kv_heads=2)
-    with pytest.warns(FallbackWarning, match=r"grouped-query attention \(4 query heads, 2 K/V heads\)"):
-        check(q, k, v, do, True)
+@pytest.mark.parametrize(("heads", "kv_heads"), [(4, 2), (3, 1)], ids=["group2", "mqa3"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("switches", [{}, {"ATOMIC_DQ": True}, {"USE_TMA": False, "TRANSPOSED": False}],
+                         ids=["best", "atomic-dq", "pointers"])
+def test_grouped_heads_match_float64(heads, kv_heads, causal, switches, device):
+    """dK and dV of a K/V head sum over its group's query heads, in the program that owns those keys."""
+    q, k, v, do = inputs(1, heads, 256, 256, 64, torch.float16, device, kv_heads=kv_heads)
+    check(q, k, v, do, causal, **switches)
 
 
 @pytest.mark.parametrize(("change", "message"), [
