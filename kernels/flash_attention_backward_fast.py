@@ -295,7 +295,7 @@ def fallback_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | 
     if kernels.interpreting() and q.dtype == torch.bfloat16:
         return "bfloat16 under the CPU interpreter (its tl.dot on bf16 is wrong; chapter 10's kernels upcast)"
     # These kernels, like the Gluon forward, take equal query and key lengths that are a multiple of 128.
-    return fast_forward.shape_reason(q, k, v) or fast_forward.gluon_reason(q, k)
+    return fast_forward.shape_reason(q, k, v) or fast_forward.whole_tiles_reason(q, k)
 
 
 def gluon_reason(q: torch.Tensor) -> str | None:

@@ -346,6 +346,8 @@ ROWS_IN_ACCUMULATORS_AT = {64: False, 128: True}
 
 def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     """Why this kernel cannot take these inputs, or None if it can."""
+    if k.shape[1] != q.shape[1]:
+        return f"grouped-query attention ({q.shape[1]} query heads, {k.shape[1]} K/V heads)"
     return triton_backward.gluon_reason(q) or triton_backward.fallback_reason(q, k, v)
 
 

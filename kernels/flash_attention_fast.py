@@ -23,8 +23,8 @@ pinned config) runs this file's.
 The fast path needs fp16 or bf16, head dim 64 or 128, and contiguous (batch, heads, seq, head_dim) tensors;
 anything else goes to chapter 5's kernel, and `attention` says so with a FallbackWarning. It takes any lengths,
 query and key lengths that differ (with both causal alignments), and k and v with fewer heads than q
-(grouped-query attention). The Gluon kernel takes equal lengths that are a multiple of 128; the Triton kernel
-takes the rest.
+(grouped-query attention). The Gluon kernel takes equal query and key lengths; the Triton kernel takes the
+rest.
 """
 
 from __future__ import annotations
@@ -297,7 +297,15 @@ def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | Non
 
 def gluon_reason(q: torch.Tensor, k: torch.Tensor) -> str | None:
     """Why the Gluon kernel (chapter 9) cannot take these fast-path inputs, or None: it needs equal query and key
-    lengths that are a multiple of 128. The Triton kernel takes the rest."""
+    lengths. The Triton kernel takes the rest."""
+    if q.shape[2] != k.shape[2]:
+        return f"query length {q.shape[2]} differs from key length {k.shape[2]}"
+    return None
+
+
+def whole_tiles_reason(q: torch.Tensor, k: torch.Tensor) -> str | None:
+    """Why the fast backward (chapter 11) cannot take these inputs, or None: it needs equal query and key lengths
+    that are a multiple of 128."""
     if q.shape[2] != k.shape[2]:
         return f"query length {q.shape[2]} differs from key length {k.shape[2]}"
     if q.shape[2] % SEQ_MULTIPLE:

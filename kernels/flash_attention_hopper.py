@@ -21,8 +21,10 @@ PINGPONG (tried in chapter 9, off by default) makes two warpgroups take turns to
 EXP2_ON_FMA (tried, 0 by default) computes some of the exponentials with a polynomial on the FMA units.
 
 The algorithm is chapter 5's (FlashAttention-2 loop order, online softmax in base 2). The inputs are the
-fast path's: fp16 or bf16, head dim 64 or 128, equal query and key lengths that are a multiple of 128,
-contiguous (batch, heads, seq, head_dim) tensors. `kernels.flash_attention_fast.attention` checks that and
+fast path's: fp16 or bf16, head dim 64 or 128, contiguous (batch, heads, seq, head_dim) tensors, equal query
+and key lengths (any: a partial last tile of keys is masked, and a partial last block of queries is stored
+without TMA, so that no row of the next head is overwritten), k and v with fewer heads than q allowed.
+`kernels.flash_attention_fast.attention` checks that and
 calls `attention` here.
 """
 
@@ -76,9 +78,9 @@ def _item(schedule, first, k, dims, block_m: gl.constexpr, block_n: gl.constexpr
     block = item % blocks
     kv_row0 = ((head // heads) * (heads // group) + (head % heads) // group) * seq_len
     if CAUSAL:  # keys up to the block's last query
-        n_tiles = gl.minimum(gl.cdiv((block + 1) * block_m, block_n), seq_len // block_n)
+        n_tiles = gl.minimum(gl.cdiv((block + 1) * block_m, block_n), gl.cdiv(seq_len, block_n))
     else:
-        n_tiles = seq_len // block_n
+        n_tiles = gl.cdiv(seq_len, block_n)  # the last one partial when block_n does not divide seq_len
     return head * seq_len + block * block_m, block * block_m, kv_row0, n_tiles
 # --8<-- [end:items]
 
@@ -89,7 +91,7 @@ def _load_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WARPGR
                     CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
                     EXP2_ON_FMA: gl.constexpr):
     """One warp: per item, both Q halves once its Q buffer is free, then K_j and V_j into the ring."""
-    q_desc, k_desc, v_desc, o_desc = descs
+    q_desc, k_desc, v_desc, o_desc, o_ptr = descs
     q_smem, k_smem, v_smem, o_smem = smem
     q_ready, q_free, k_ready, k_free, v_ready, v_free, turn = bars
     stages: gl.constexpr = k_smem.shape[0]
@@ -161,14 +163,21 @@ def _exp2(x, ON_FMA: gl.constexpr):
 
 # --8<-- [start:softmax]
 @gluon.jit
-def _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, CAUSAL: gl.constexpr, EXP2_ON_FMA: gl.constexpr):
-    """Fold one tile of raw scores into the running max m_i and sum l_i (base 2); return p and alpha."""
-    if CAUSAL:
-        block_n: gl.constexpr = s.shape[1]
-        if (j + 1) * block_n > first_row + 1:  # some key of this tile comes after some query: mask
-            rows = first_row + gl.arange(0, s.shape[0], gl.SliceLayout(1, s.type.layout))
-            keys = j * block_n + gl.arange(0, block_n, gl.SliceLayout(0, s.type.layout))
-            s = gl.where(keys[None, :] <= rows[:, None], s, -float("inf"))
+def _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, seq_len, CAUSAL: gl.constexpr, EXP2_ON_FMA: gl.constexpr):
+    """Fold one tile of raw scores into the running max m_i and sum l_i (base 2); return p and alpha.
+
+    Masked: keys past seq_len (a partial last tile, whose rows the copy read from the next head), and with
+    CAUSAL keys after a row's query. Every row sees key 0, so no row's max stays -inf."""
+    block_n: gl.constexpr = s.shape[1]
+    past_end = (j + 1) * block_n > seq_len
+    on_diagonal = CAUSAL and (j + 1) * block_n > first_row + 1  # some key of this tile comes after some query
+    if past_end or on_diagonal:
+        rows = first_row + gl.arange(0, s.shape[0], gl.SliceLayout(1, s.type.layout))
+        keys = j * block_n + gl.arange(0, block_n, gl.SliceLayout(0, s.type.layout))
+        last_key = rows * 0 + (seq_len - 1)  # the last key a row may see
+        if CAUSAL:
+            last_key = gl.minimum(rows, seq_len - 1)
+        s = gl.where(keys[None, :] <= last_key[:, None], s, -float("inf"))
     m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
     alpha = gl.exp2(m_i - m_new)
     p = _exp2(gl.fma(s, qk_scale, -m_new[:, None]), EXP2_ON_FMA)
@@ -183,7 +192,7 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
                        CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
                        EXP2_ON_FMA: gl.constexpr):
     """One warpgroup: per item, 64 query rows against its K/V tiles, the next scores overlapping this softmax."""
-    q_desc, k_desc, v_desc, o_desc = descs
+    q_desc, k_desc, v_desc, o_desc, o_ptr = descs
     q_smem, k_smem, v_smem, o_smem = smem
     q_ready, q_free, k_ready, k_free, v_ready, v_free, turn = bars
     stages: gl.constexpr = k_smem.shape[0]
@@ -228,7 +237,7 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
                 mbarrier.arrive(q_free, count=1)
             m_i = gl.full([ROWS_PER_WARPGROUP], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
             l_i = gl.zeros([ROWS_PER_WARPGROUP], gl.float32, gl.SliceLayout(1, s_layout))
-            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, first_row, CAUSAL, EXP2_ON_FMA)
+            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, first_row, dims[0], CAUSAL, EXP2_ON_FMA)
             p = gl.convert_layout(p.to(dtype), p_layout)
             acc = gl.zeros([ROWS_PER_WARPGROUP, head_dim], gl.float32, o_layout)
 
@@ -250,7 +259,8 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
                 mbarrier.arrive(k_free.index(slot), count=1)
                 if j == n_mine - 1:
                     mbarrier.arrive(q_free, count=1)
-                p_next, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, CAUSAL, EXP2_ON_FMA)
+                p_next, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, dims[0], CAUSAL,
+                                                        EXP2_ON_FMA)
                 p_next = gl.convert_layout(p_next.to(dtype), p_layout)  # 16-bit: half the registers to carry
                 # Now the product must be done: free V_{j-1}, then rescale O to the new running max.
                 acc, p = warpgroup_mma_wait(0, deps=[acc, p])
@@ -266,16 +276,22 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
             mbarrier.arrive(v_free.index(last), count=1)
             out = acc / gl.convert_layout(l_i, o_rows)[:, None]
 
-            # The output leaves through its own buffer by TMA, while this warpgroup moves on to the next item;
-            # only the buffer's previous store has to be finished first.
-            tma.store_wait(0)
-            o.store(out.to(dtype))
-            fence_async_shared()
-            _tma_store(o_desc, [q_row, 0], o)
+            if first_row + ROWS_PER_WARPGROUP <= dims[0]:
+                # The output leaves through its own buffer by TMA, while this warpgroup moves on to the next
+                # item; only the buffer's previous store has to be finished first.
+                tma.store_wait(0)
+                o.store(out.to(dtype))
+                fence_async_shared()
+                _tma_store(o_desc, [q_row, 0], o)
+            else:  # rows past the end: a TMA store would write the next head's rows, so store only ours
+                rows = gl.arange(0, ROWS_PER_WARPGROUP, o_rows)
+                cols = gl.arange(0, head_dim, gl.SliceLayout(0, o_layout))
+                ours = (first_row + rows)[:, None] + cols[None, :] * 0 < dims[0]
+                gl.store(o_ptr + (q_row + rows)[:, None] * head_dim + cols[None, :], out.to(dtype), mask=ours)
             if STORE_LSE:  # natural-log logsumexp per row, for a backward pass
                 rows = gl.arange(0, ROWS_PER_WARPGROUP, gl.SliceLayout(1, s_layout))
                 lse = (m_i + gl.log2(l_i)) / 1.4426950408889634
-                gl.store(lse_ptr + q_row + rows, lse)
+                gl.store(lse_ptr + q_row + rows, lse, mask=first_row + rows < dims[0])
         for j in range(n_mine, n_tiles):  # tiles the other warpgroups need: free them at once
             mbarrier.wait(k_ready.index((tile + j) % stages), ((tile + j) // stages) & 1)
             mbarrier.arrive(k_free.index((tile + j) % stages), count=1)
@@ -305,7 +321,7 @@ def _third_warpgroup(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WARPG
 
 # --8<-- [start:kernel]
 @gluon.jit
-def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, seq_len, heads, group, schedule,
+def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, qk_scale, seq_len, heads, group, schedule,
                        CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, STAGES: gl.constexpr,
                        PINGPONG: gl.constexpr, EXP2_ON_FMA: gl.constexpr,
                        WARPGROUPS: gl.constexpr, WORKER_REGS: gl.constexpr):
@@ -334,7 +350,7 @@ def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, seq_le
     if PINGPONG:
         mbarrier.arrive(turn.index(0), count=1)
 
-    descs = (q_desc, k_desc, v_desc, o_desc)
+    descs = (q_desc, k_desc, v_desc, o_desc, o_ptr)
     dims = (seq_len, heads, group)
     smem = (q_smem, k_smem, v_smem, o_smem)
     bars = (q_ready, q_free, k_ready, k_free, v_ready, v_free, turn)
@@ -420,7 +436,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                                          bool(causal), _sm_count(q.device))
     _hopper_fwd_kernel[(programs,)](
         descriptor(q, ROWS_PER_WARPGROUP.value), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N),
-        descriptor(out, ROWS_PER_WARPGROUP.value), lse, sm_scale * LOG2_E, seq, heads, heads // k.shape[1], table,
+        descriptor(out, ROWS_PER_WARPGROUP.value), out, lse, sm_scale * LOG2_E, seq, heads, heads // k.shape[1], table,
         CAUSAL=bool(causal), STORE_LSE=return_lse, STAGES=STAGES, PINGPONG=pingpong,
         EXP2_ON_FMA=exp2_on_fma, WARPGROUPS=warpgroups, WORKER_REGS=REGISTERS[warpgroups][1],
         num_warps=4, maxnreg=REGISTERS[warpgroups][0],
