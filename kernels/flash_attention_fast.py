@@ -368,7 +368,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     elif gluon and major != 9:
         raise ValueError(f"gluon=True needs a Hopper GPU (compute capability 9.0); {q.device} has {major}.{minor}")
     elif gluon and not_gluon is not None:
-        raise ValueError(f"gluon=True: the Gluon kernel does not take {not_gluon}; leave gluon unset")
+        raise ValueError(f"gluon=True, but the Gluon kernel cannot take these inputs: {not_gluon}; leave gluon unset")
     if gluon:  # equal query and key lengths: both causal alignments are the same mask
         return hopper.attention(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=return_lse)
     switches = {**BEST_FEATURES, **features}
