@@ -250,7 +250,7 @@ def test_gluon_refuses_what_it_cannot_take_by_name(rng):
     k = torch.randn(1, 2, 1000, 64, generator=rng).to("cuda", torch.float16)
     if fast.capability(q.device)[0] != 9:
         pytest.skip("the Gluon kernel needs a Hopper GPU")
-    with pytest.raises(ValueError, match="the Gluon kernel cannot take these inputs: query length 300 differs from key length 1000"):
+    with pytest.raises(ValueError, match="Gluon kernel cannot take these inputs: query length 300 differs from key"):
         fast.attention(q, k, k, gluon=True)
 
 
