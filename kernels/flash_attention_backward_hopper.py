@@ -50,6 +50,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from kernels import flash_attention_backward_fast as triton_backward
+from kernels import flash_attention_fast as fast_forward
 from kernels.flash_attention_hopper import _tma_load, _tma_store  # the TMA copies under either Triton's names
 from kernels.validate import softmax_scale
 
@@ -348,7 +349,8 @@ def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | Non
     """Why this kernel cannot take these inputs, or None if it can."""
     if k.shape[1] != q.shape[1]:
         return f"grouped-query attention ({q.shape[1]} query heads, {k.shape[1]} K/V heads)"
-    return triton_backward.gluon_reason(q) or triton_backward.fallback_reason(q, k, v)
+    return (triton_backward.gluon_reason(q) or triton_backward.fallback_reason(q, k, v)
+            or fast_forward.whole_tiles_reason(q, k))
 
 
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
