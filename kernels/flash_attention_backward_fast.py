@@ -30,7 +30,7 @@ Chapter 11's worklog table says which of them paid off; BEST_FEATURES turns thos
 The fast path takes what the fast forward takes: fp16 or bf16, head dim 64 or 128, contiguous tensors, any
 lengths (query and key lengths may differ, with both causal alignments), k and v with fewer heads than q. Anything
 else goes to chapter 10's readable backward, with a FallbackWarning that says why. The Gluon kernel takes equal
-heads and equal lengths that are a multiple of 128; the Triton kernels take the rest. `attention` is the
+lengths that are a multiple of 128; the Triton kernels take the rest. `attention` is the
 differentiable fast path: chapter 9's forward, this backward
 (the Gluon kernel of steps 8-13 on a Hopper GPU).
 """
@@ -347,9 +347,9 @@ def fallback_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | 
 
 
 def gluon_takes(q: torch.Tensor, k: torch.Tensor) -> bool:
-    """Whether step 8's Gluon kernel takes these fast-path inputs: it needs a Hopper GPU, equal heads, and equal
-    query and key lengths that are a multiple of 128. The Triton kernels take the rest."""
-    return gluon_reason(q) is None and k.shape[1] == q.shape[1] and fast_forward.whole_tiles_reason(q, k) is None
+    """Whether step 8's Gluon kernel takes these fast-path inputs: it needs a Hopper GPU and equal query and key
+    lengths that are a multiple of 128 (any grouping of K/V heads). The Triton kernels take the rest."""
+    return gluon_reason(q) is None and fast_forward.whole_tiles_reason(q, k) is None
 
 
 def gluon_reason(q: torch.Tensor) -> str | None:
