@@ -79,7 +79,7 @@ test-gpu:
 	print('-n $(GPU_TEST_WORKERS)' if u.find_spec('xdist') else '')") tests
 
 bench:
-	$(GPU_PY) -m book.bench $(if $(ONLY),--only $(ONLY),)
+	$(GPU_PY) -m book.bench --precompile $(if $(ONLY),--only $(ONLY),)
 
 $(GPU_STAMP): requirements/docs.txt requirements/test.txt pyproject.toml
 	$(GPU_PY) -m venv --system-site-packages $(GPU_VENV)
@@ -102,7 +102,7 @@ refresh:
 	without a GPU the site uses the committed results (make build).')"
 	$(MAKE) --no-print-directory setup-gpu
 	$(GPU_VENV_PY) -m pytest -q -m gpu -n $(GPU_TEST_WORKERS) tests
-	$(GPU_VENV_PY) -m book.bench $(if $(ONLY),--only $(ONLY),)
+	$(GPU_VENV_PY) -m book.bench --precompile $(if $(ONLY),--only $(ONLY),)
 	$(GPU_VENV_PY) -m mkdocs build --strict
 	$(GPU_VENV_PY) -m book.site_check site
 

@@ -16,6 +16,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m book.bench", description=__doc__)
     parser.add_argument("--only", nargs="+", metavar="NAME", help="chapters (ch02) or benchmark names")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    parser.add_argument("--precompile", action="store_true",
+                        help="first compile every kernel they call, in parallel (book/bench/precompile.py)")
     args = parser.parse_args(argv)
 
     chosen = [b for b in ALL if not args.only or b.chapter in args.only or b.name in args.only]
@@ -36,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
 
+    if args.precompile:
+        from book.bench import precompile
+
+        precompile.run(chosen)
     for i, benchmark in enumerate(chosen, 1):
         started = time.time()
         print(f"[{i}/{len(chosen)}] {benchmark.name}: {benchmark.title}", flush=True)
