@@ -50,6 +50,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from kernels import flash_attention_backward_fast as triton_backward
+from kernels import flash_attention_fast as fast_forward
 from kernels.flash_attention_hopper import _tma_load, _tma_store  # the TMA copies under either Triton's names
 from kernels.validate import softmax_scale
 
@@ -73,26 +74,31 @@ _tma_reduce_add = getattr(tma, "async_atomic_add", None) or _tma_reduce_add_36
 
 # --8<-- [start:order]
 @gluon.jit
-def _program_tile(seq_len, HEADS_PER_GROUP: gl.constexpr):
-    """This program's first key and the first row of its (batch, head) in the 2-D views.
+def _program_tile(dims, HEADS_PER_GROUP: gl.constexpr):
+    """This program's first key, the first row of its (batch, K/V head) in the 2-D views of k and v, and the
+    first of the query heads that read that K/V head (in batch x query heads).
 
-    HEADS_PER_GROUP = 0: grid (key blocks, heads), every key block of a head before the next head. Otherwise
-    (step 11) grid (HEADS_PER_GROUP, key blocks x groups of heads): the first key block of each head of a group,
-    then the second, ..., so the longest causal loops start first, a few heads at a time."""
+    dims = (sequence length, query heads, query heads per K/V head). HEADS_PER_GROUP = 0: grid (key blocks,
+    K/V heads), every key block of a head before the next head. Otherwise (step 11) grid (HEADS_PER_GROUP, key
+    blocks x groups of heads): the first key block of each head of a group, then the second, ..., so the longest
+    causal loops start first, a few heads at a time."""
+    seq_len, heads, group = dims
     if HEADS_PER_GROUP == 0:
         block = gl.program_id(0)
-        head = gl.program_id(1)
+        kv_head = gl.program_id(1)
     else:
         blocks = seq_len // (2 * KEYS_PER_WARPGROUP)
         block = gl.program_id(1) % blocks
-        head = gl.program_id(1) // blocks * HEADS_PER_GROUP + gl.program_id(0)
-    return block * 2 * KEYS_PER_WARPGROUP, head * seq_len
+        kv_head = gl.program_id(1) // blocks * HEADS_PER_GROUP + gl.program_id(0)
+    kv_heads = heads // group
+    first_head = (kv_head // kv_heads) * heads + (kv_head % kv_heads) * group
+    return block * 2 * KEYS_PER_WARPGROUP, kv_head * seq_len, first_head
 # --8<-- [end:order]
 
 
 # --8<-- [start:load]
 @gluon.jit
-def _load_partition(descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
+def _load_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
                     CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr,
                     ROWS_IN_ACCUMULATORS: gl.constexpr, ROWS_IN_SHARED: gl.constexpr):
     """One warp: K and V once (and K again, for dQ, in column parts), then the Q and dO blocks into the ring (and,
@@ -104,20 +110,22 @@ def _load_partition(descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale, s
     block_m: gl.constexpr = q_smem.shape[1]
     parts: gl.constexpr = k_dq_smem.shape[0]  # two column halves, or (step 10) one part with every column
     dq_cols: gl.constexpr = k_dq_smem.shape[2]
-    start_n, row0 = _program_tile(seq_len, HEADS_PER_GROUP)
+    start_n, kv_row0, first_head = _program_tile(dims, HEADS_PER_GROUP)
+    seq_len, heads, group = dims
     mbarrier.expect(kv_ready, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes)
                     + parts * k_dq_desc.block_type.nbytes)
     for w in gl.static_range(2):
-        _tma_load(k_desc, [row0 + start_n + w * KEYS_PER_WARPGROUP, 0], kv_ready, k_smem.index(w))
-        _tma_load(v_desc, [row0 + start_n + w * KEYS_PER_WARPGROUP, 0], kv_ready, v_smem.index(w))
+        _tma_load(k_desc, [kv_row0 + start_n + w * KEYS_PER_WARPGROUP, 0], kv_ready, k_smem.index(w))
+        _tma_load(v_desc, [kv_row0 + start_n + w * KEYS_PER_WARPGROUP, 0], kv_ready, v_smem.index(w))
     for part in gl.static_range(parts):
-        _tma_load(k_dq_desc, [row0 + start_n, part * dq_cols], kv_ready, k_dq_smem.index(part))
+        _tma_load(k_dq_desc, [kv_row0 + start_n, part * dq_cols], kv_ready, k_dq_smem.index(part))
     lo = start_n if CAUSAL else 0  # causal: queries before the program's first key see none of its keys
-    for i in range((seq_len - lo) // block_m):
+    blocks = (seq_len - lo) // block_m
+    for i in range(group * blocks):  # every Q block of every query head that reads this K/V head
         slot = i % stages
         free_phase = ((i // stages) & 1) ^ 1  # a fresh barrier counts phase 1 as complete: the first wait passes
         mbarrier.wait(q_free.index(slot), free_phase)
-        row = row0 + lo + i * block_m
+        row = (first_head + i // blocks) * seq_len + lo + (i % blocks) * block_m
         if ROWS_IN_SHARED:
             mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes + lse2_src.block_type.nbytes)
             _tma_load(lse2_src, [row], q_ready.index(slot), lse2_smem.index(slot))
@@ -145,7 +153,7 @@ def _add_to_dq(dq_desc, buffer, dq, row, col):
 
 
 @gluon.jit
-def _compute_partition(descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale, sm_scale,
+def _compute_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_scale,
                        WARPGROUP: gl.constexpr, CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr,
                        HEADS_PER_GROUP: gl.constexpr, ROWS_IN_ACCUMULATORS: gl.constexpr, ROWS_IN_SHARED: gl.constexpr):
     """One warpgroup: 64 keys' dK and dV over every Q block, and its part of each block's dQ share."""
@@ -168,7 +176,8 @@ def _compute_partition(descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale
                                                         instr_shape=[16, dq_cols, 16])
     operand_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
     row_layout: gl.constexpr = gl.SliceLayout(0, st_layout)  # one value per query, shared by the keys
-    start_n, row0 = _program_tile(seq_len, HEADS_PER_GROUP)
+    start_n, kv_row0, first_head = _program_tile(dims, HEADS_PER_GROUP)
+    seq_len, heads, group = dims
     lo = start_n if CAUSAL else 0
     keys = start_n + WARPGROUP * KEYS_PER_WARPGROUP + gl.arange(0, KEYS_PER_WARPGROUP,
                                                                  gl.SliceLayout(1, st_layout))
@@ -185,8 +194,10 @@ def _compute_partition(descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale
     else:
         k_first = k
         v_first = v
-    for i in range((seq_len - lo) // block_m):
-        start_m = lo + i * block_m
+    blocks = (seq_len - lo) // block_m
+    for i in range(group * blocks):  # every Q block of every query head that reads this K/V head: dK, dV sum
+        start_m = lo + (i % blocks) * block_m
+        row0 = (first_head + i // blocks) * seq_len  # first row of this query head
         slot = i % stages
         phase = (i // stages) & 1
         # Start Sᵀ = K Qᵀ and dPᵀ = V dOᵀ on the tensor cores; load this block's logsumexp and D meanwhile. Step 12
@@ -262,17 +273,17 @@ def _compute_partition(descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale
     k.store((dk * sm_scale).to(dtype))
     v.store(dv.to(dtype))
     fence_async_shared()
-    _tma_store(dk_desc, [row0 + start_n + WARPGROUP * KEYS_PER_WARPGROUP, 0], k)
-    _tma_store(dv_desc, [row0 + start_n + WARPGROUP * KEYS_PER_WARPGROUP, 0], v)
+    _tma_store(dk_desc, [kv_row0 + start_n + WARPGROUP * KEYS_PER_WARPGROUP, 0], k)
+    _tma_store(dv_desc, [kv_row0 + start_n + WARPGROUP * KEYS_PER_WARPGROUP, 0], v)
     tma.store_wait(0)
 
 
 @gluon.jit
-def _second_warpgroup(descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
+def _second_warpgroup(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
                       CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr,
                       ROWS_IN_ACCUMULATORS: gl.constexpr, ROWS_IN_SHARED: gl.constexpr):
     """Worker partitions share one signature; this one runs the compute role for the program's second 64 keys."""
-    _compute_partition(descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale, sm_scale, 1, CAUSAL, KV_IN_REGISTERS,
+    _compute_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_scale, 1, CAUSAL, KV_IN_REGISTERS,
                        HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS, ROWS_IN_SHARED)
 # --8<-- [end:compute]
 
@@ -280,7 +291,8 @@ def _second_warpgroup(descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale,
 # --8<-- [start:kernel]
 @gluon.jit
 def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc, lse2_src,
-                       delta_src, qk_scale, sm_scale, seq_len, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                       delta_src, qk_scale, sm_scale, seq_len, heads, group, CAUSAL: gl.constexpr,
+                       STAGES: gl.constexpr,
                        WORKER_REGS: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr,
                        ROWS_IN_ACCUMULATORS: gl.constexpr, ROWS_IN_SHARED: gl.constexpr):
     # Shared memory: a ring of STAGES slots for Q and for dO; each warpgroup's K and V; K again for dQ (two column
@@ -312,17 +324,18 @@ def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_d
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)  # both halves of dSᵀ written
     descs = (q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc)
+    dims = (seq_len, heads, group)
     lse2_smem = gl.allocate_shared_memory(gl.float32, [STAGES, block_m], ROWS_LAYOUT)
     delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, block_m], ROWS_LAYOUT)
     smem = (q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem, lse2_smem, delta_smem)
     bars = (kv_ready, q_ready, q_free, do_ready, do_free, ds_ready)
     gl.warp_specialize([
         # The kernel's own 4 warps compute for the first 64 keys, 4 more for the second 64, 1 warp copies.
-        (_compute_partition, (descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale, sm_scale, 0, CAUSAL,
+        (_compute_partition, (descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_scale, 0, CAUSAL,
                               KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS, ROWS_IN_SHARED)),
-        (_second_warpgroup, (descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale, sm_scale, 1, CAUSAL,
+        (_second_warpgroup, (descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_scale, 1, CAUSAL,
                              KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS, ROWS_IN_SHARED)),
-        (_load_partition, (descs, smem, bars, seq_len, lse2_src, delta_src, qk_scale, sm_scale, 0, CAUSAL,
+        (_load_partition, (descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_scale, 0, CAUSAL,
                            KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS, ROWS_IN_SHARED)),
     ], [4, 1], [WORKER_REGS, 24])
 # --8<-- [end:kernel]
@@ -346,7 +359,8 @@ ROWS_IN_ACCUMULATORS_AT = {64: False, 128: True}
 
 def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | None:
     """Why this kernel cannot take these inputs, or None if it can."""
-    return triton_backward.gluon_reason(q) or triton_backward.fallback_reason(q, k, v)
+    return (triton_backward.gluon_reason(q) or triton_backward.fallback_reason(q, k, v)
+            or fast_forward.whole_tiles_reason(q, k))
 
 
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
@@ -370,26 +384,30 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     batch, heads, seq, head_dim = q.shape
     sm_scale = softmax_scale(sm_scale, head_dim)
 
-    rows = batch * heads * seq
-    q2, k2, v2, o2, do2 = (t.view(rows, head_dim) for t in (q, k, v, out, do))
+    rows, kv_heads = batch * heads * seq, k.shape[1]
+    q2, o2, do2 = (t.view(rows, head_dim) for t in (q, out, do))
+    k2, v2 = (t.view(batch * kv_heads * seq, head_dim) for t in (k, v))
     dq, dk, dv = (torch.empty_like(t) for t in (q2, k2, v2))
     delta = torch.empty(rows, device=q.device, dtype=torch.float32)
     lse2 = torch.empty_like(delta)
     dq_acc = torch.empty((rows, head_dim), device=q.device, dtype=torch.float32)
     # D, the base-2 logsumexp, and zeros in the fp32 buffer dQ is added into: the Triton backward's first kernel.
     triton_backward._preprocess[(rows // triton_backward.PREPROCESS_ROWS,)](
-        o2, do2, lse, delta, lse2, dq_acc, HEAD_DIM=head_dim, BLOCK=triton_backward.PREPROCESS_ROWS, ZERO_DQ=True)
+        o2, do2, lse, delta, lse2, dq_acc, rows, HEAD_DIM=head_dim, BLOCK=triton_backward.PREPROCESS_ROWS,
+        ZERO_DQ=True)
 
     def descriptor(t, block_rows, block_cols):
         gl_dtype = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}[t.dtype]
         layout = gl.NVMMASharedLayout.get_default_for([block_rows, block_cols], gl_dtype)
-        return TensorDescriptor(t, [rows, head_dim], [head_dim, 1], [block_rows, block_cols], layout)
+        return TensorDescriptor(t, list(t.shape), [head_dim, 1], [block_rows, block_cols], layout)
 
     keys = 2 * KEYS_PER_WARPGROUP.value
     room = ROOM_FOR_STEPS_9_AND_10[head_dim]
     dq_cols = head_dim if dq_by_turns and room else head_dim // 2
-    group = next(g for g in (HEADS_AT_A_TIME, 2, 1) if (batch * heads) % g == 0) if causal and longest_first else 0
-    grid = (group, batch * heads // group * (seq // keys)) if group else (seq // keys, batch * heads)
+    at_a_time = (next(g for g in (HEADS_AT_A_TIME, 2, 1) if (batch * kv_heads) % g == 0)
+                 if causal and longest_first else 0)
+    grid = ((at_a_time, batch * kv_heads // at_a_time * (seq // keys)) if at_a_time
+            else (seq // keys, batch * kv_heads))
     row_sources = [lse2, delta]  # pointers, or (step 13) descriptors of BLOCK_M floats for the copy engine
     if rows_in_shared:
         row_sources = [TensorDescriptor(t, [rows], [1], [BLOCK_M], ROWS_LAYOUT.value) for t in row_sources]
@@ -397,14 +415,15 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
         descriptor(q2, BLOCK_M, head_dim), descriptor(k2, keys // 2, head_dim), descriptor(v2, keys // 2, head_dim),
         descriptor(do2, BLOCK_M, head_dim), descriptor(k2, keys, dq_cols),
         descriptor(dq_acc, BLOCK_M, dq_cols), descriptor(dk, keys // 2, head_dim),
-        descriptor(dv, keys // 2, head_dim), *row_sources, sm_scale * triton_backward.LOG2_E, sm_scale, seq,
+        descriptor(dv, keys // 2, head_dim), *row_sources, sm_scale * triton_backward.LOG2_E, sm_scale, seq, heads,
+        heads // kv_heads,
         CAUSAL=bool(causal), STAGES=STAGES[head_dim], WORKER_REGS=REGISTERS[1],
-        KV_IN_REGISTERS=kv_in_registers and room, HEADS_PER_GROUP=group,
+        KV_IN_REGISTERS=kv_in_registers and room, HEADS_PER_GROUP=at_a_time,
         ROWS_IN_ACCUMULATORS=rows_in_accumulators and ROWS_IN_ACCUMULATORS_AT[head_dim],
         ROWS_IN_SHARED=rows_in_shared, num_warps=4,
         maxnreg=REGISTERS[0])
     # dQ = scale · the fp32 sums, rounded to the inputs' dtype: the Triton backward's last kernel for atomic dQ.
     triton_backward._dq_from_buffer[(rows // triton_backward.PREPROCESS_ROWS,)](
-        dq_acc, dq, sm_scale, HEAD_DIM=head_dim, BLOCK=triton_backward.PREPROCESS_ROWS)
+        dq_acc, dq, sm_scale, rows, HEAD_DIM=head_dim, BLOCK=triton_backward.PREPROCESS_ROWS)
     return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape)
 # --8<-- [end:wrapper]

@@ -55,10 +55,10 @@ def in_pairs(heads: int, blocks: int, programs: int) -> list[list[int]]:
 def tiles_per_warpgroup(block: int, seq: int, warpgroups: int, block_n: int, causal: bool) -> list[int]:
     """The K/V tiles each warpgroup of one item uses: causal rows stop at the diagonal; rows past the end, none."""
     firsts = [block * warpgroups * ROWS_PER_WARPGROUP + w * ROWS_PER_WARPGROUP for w in range(warpgroups)]
+    tiles = -(-seq // block_n)  # the last one partial when block_n does not divide seq
     if not causal:
-        return [seq // block_n if first < seq else 0 for first in firsts]
-    return [min(-(-(first + ROWS_PER_WARPGROUP) // block_n), seq // block_n) if first < seq else 0
-            for first in firsts]
+        return [tiles if first < seq else 0 for first in firsts]
+    return [min(-(-(first + ROWS_PER_WARPGROUP) // block_n), tiles) if first < seq else 0 for first in firsts]
 
 
 def item_cost(tiles: list[int]) -> float:

@@ -69,6 +69,23 @@ def test_gpu_launch_order_covers_every_program(batch, heads):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize(("batch", "heads", "kv_heads"), [(1, 8, 2), (2, 7, 1), (1, 12, 3), (3, 4, 4)])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_grouped_heads_sum_into_each_kv_head(batch, heads, kv_heads, d, causal):
+    """Grouped-query attention: a program owns a block of keys of one K/V head and runs every Q block of every
+    query head of its group, so dK and dV sum over the group; step 11's launch order groups K/V heads."""
+    q, k, v, do = inputs(batch, heads, 384, 384, d, torch.bfloat16, "cuda", seed=heads + d, kv_heads=kv_heads)
+    out, lse = forward_attention(q, k, v, causal=causal, return_lse=True)
+    _poison_the_allocator()
+    grads = hopper.attention_backward(do, q, k, v, out, lse, causal=causal)
+    _, *expected = reference_grads(q, k, v, do, causal)
+    for name, got, ref in zip("qkv", grads, expected, strict=True):
+        assert not torch.isnan(got).any(), f"d{name} has NaN"
+        assert rel_err(got, ref) <= RTOL[torch.bfloat16], f"d{name}: relative error {rel_err(got, ref):.2e}"
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize(("d", "step"), KERNELS, ids=[f"d{d}-step{step}" for d, step in KERNELS])
 @pytest.mark.parametrize("causal", [False, True])
