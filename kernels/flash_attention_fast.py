@@ -23,8 +23,7 @@ pinned config) runs this file's.
 The fast path needs fp16 or bf16, head dim 64 or 128, and contiguous (batch, heads, seq, head_dim) tensors;
 anything else goes to chapter 5's kernel, and `attention` says so with a FallbackWarning. It takes any lengths,
 query and key lengths that differ (with both causal alignments), and k and v with fewer heads than q
-(grouped-query attention). The Gluon kernel takes equal query and key lengths; the Triton kernel takes the
-rest.
+(grouped-query attention), on both kernels.
 """
 
 from __future__ import annotations
@@ -295,14 +294,6 @@ def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | Non
     return None
 
 
-def gluon_reason(q: torch.Tensor, k: torch.Tensor) -> str | None:
-    """Why the Gluon kernel (chapter 9) cannot take these fast-path inputs, or None: it needs equal query and key
-    lengths. The Triton kernel takes the rest."""
-    if q.shape[2] != k.shape[2]:
-        return f"query length {q.shape[2]} differs from key length {k.shape[2]}"
-    return None
-
-
 def whole_tiles_reason(q: torch.Tensor, k: torch.Tensor) -> str | None:
     """Why the fast backward (chapter 11) cannot take these inputs, or None: it needs equal query and key lengths
     that are a multiple of 128."""
@@ -362,15 +353,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     kv_heads, n_k = k.shape[1], k.shape[2]
     # The Gluon kernel is built from Hopper's own instructions (wgmma): compute capability 9.0 only.
     major, minor = capability(q.device)
-    not_gluon = gluon_reason(q, k)
     if gluon is None:
-        gluon = not features and config is None and major == 9 and not_gluon is None
+        gluon = not features and config is None and major == 9
     elif gluon and major != 9:
         raise ValueError(f"gluon=True needs a Hopper GPU (compute capability 9.0); {q.device} has {major}.{minor}")
-    elif gluon and not_gluon is not None:
-        raise ValueError(f"gluon=True, but the Gluon kernel cannot take these inputs: {not_gluon}; leave gluon unset")
-    if gluon:  # equal query and key lengths: both causal alignments are the same mask
-        return hopper.attention(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=return_lse)
+    if gluon:
+        return hopper.attention(q, k, v, causal=causal, causal_alignment=causal_alignment, sm_scale=sm_scale,
+                                return_lse=return_lse)
     switches = {**BEST_FEATURES, **features}
     out = torch.empty_like(q)
     lse = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32) if return_lse else out

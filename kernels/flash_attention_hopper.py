@@ -21,9 +21,10 @@ PINGPONG (tried in chapter 9, off by default) makes two warpgroups take turns to
 EXP2_ON_FMA (tried, 0 by default) computes some of the exponentials with a polynomial on the FMA units.
 
 The algorithm is chapter 5's (FlashAttention-2 loop order, online softmax in base 2). The inputs are the
-fast path's: fp16 or bf16, head dim 64 or 128, contiguous (batch, heads, seq, head_dim) tensors, equal query
-and key lengths (any: a partial last tile of keys is masked, and a partial last block of queries is stored
-without TMA, so that no row of the next head is overwritten), k and v with fewer heads than q allowed.
+fast path's: fp16 or bf16, head dim 64 or 128, contiguous (batch, heads, seq, head_dim) tensors, any query and
+key lengths (a partial last tile of keys is masked; a partial last block of queries is stored without TMA, so
+that no row of the next head is overwritten; with fewer queries than keys, both causal alignments), k and v with
+fewer heads than q allowed.
 `kernels.flash_attention_fast.attention` checks that and
 calls `attention` here.
 """
@@ -68,20 +69,21 @@ def _item(schedule, first, k, dims, block_m: gl.constexpr, block_n: gl.constexpr
     """This program's k-th work item: its first Q row in the 2-D view of q and in its sequence, its first K/V row
     in the 2-D view of k and v, and its number of K/V tiles.
 
-    dims = (sequence length, query heads, query heads per K/V head): query head h reads K/V head h // group.
+    dims = (queries, query heads, query heads per K/V head, keys, causal offset): query head h reads K/V head
+    h // group, and with CAUSAL query i sees keys up to i + offset (0 top-left, keys - queries bottom-right).
     Which items a program takes, and in which order, is decided on the host (kernels/hopper_schedule.py).
     """
-    seq_len, heads, group = dims
-    blocks = gl.cdiv(seq_len, block_m)
+    seq_q, heads, group, seq_k, offset = dims
+    blocks = gl.cdiv(seq_q, block_m)
     item = gl.load(schedule + first + k)
     head = item // blocks  # batch * heads + query head
     block = item % blocks
-    kv_row0 = ((head // heads) * (heads // group) + (head % heads) // group) * seq_len
+    kv_row0 = ((head // heads) * (heads // group) + (head % heads) // group) * seq_k
     if CAUSAL:  # keys up to the block's last query
-        n_tiles = gl.minimum(gl.cdiv((block + 1) * block_m, block_n), gl.cdiv(seq_len, block_n))
+        n_tiles = gl.minimum(gl.cdiv(gl.maximum((block + 1) * block_m + offset, 0), block_n), gl.cdiv(seq_k, block_n))
     else:
-        n_tiles = gl.cdiv(seq_len, block_n)  # the last one partial when block_n does not divide seq_len
-    return head * seq_len + block * block_m, block * block_m, kv_row0, n_tiles
+        n_tiles = gl.cdiv(seq_k, block_n)  # the last one partial when block_n does not divide the keys
+    return head * seq_q + block * block_m, block * block_m, kv_row0, n_tiles
 # --8<-- [end:items]
 
 
@@ -163,24 +165,30 @@ def _exp2(x, ON_FMA: gl.constexpr):
 
 # --8<-- [start:softmax]
 @gluon.jit
-def _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, seq_len, CAUSAL: gl.constexpr, EXP2_ON_FMA: gl.constexpr):
+def _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, seq_k, offset, CAUSAL: gl.constexpr,
+                  EXP2_ON_FMA: gl.constexpr):
     """Fold one tile of raw scores into the running max m_i and sum l_i (base 2); return p and alpha.
 
-    Masked: keys past seq_len (a partial last tile, whose rows the copy read from the next head), and with
-    CAUSAL keys after a row's query. Every row sees key 0, so no row's max stays -inf."""
+    Masked: keys past seq_k (a partial last tile, whose rows the copy read from the next head), and with CAUSAL
+    keys after a row's query position plus offset. A row that has seen no key yet keeps the max -inf; its
+    exponentials subtract 0 instead, so they are 0, not NaN."""
     block_n: gl.constexpr = s.shape[1]
-    past_end = (j + 1) * block_n > seq_len
-    on_diagonal = CAUSAL and (j + 1) * block_n > first_row + 1  # some key of this tile comes after some query
+    past_end = (j + 1) * block_n > seq_k
+    on_diagonal = CAUSAL and (j + 1) * block_n > first_row + offset + 1  # a key of this tile follows a query
     if past_end or on_diagonal:
         rows = first_row + gl.arange(0, s.shape[0], gl.SliceLayout(1, s.type.layout))
         keys = j * block_n + gl.arange(0, block_n, gl.SliceLayout(0, s.type.layout))
-        last_key = rows * 0 + (seq_len - 1)  # the last key a row may see
+        last_key = rows * 0 + (seq_k - 1)  # the last key a row may see
         if CAUSAL:
-            last_key = gl.minimum(rows, seq_len - 1)
+            last_key = gl.minimum(rows + offset, seq_k - 1)
         s = gl.where(keys[None, :] <= last_key[:, None], s, -float("inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-    alpha = gl.exp2(m_i - m_new)
-    p = _exp2(gl.fma(s, qk_scale, -m_new[:, None]), EXP2_ON_FMA)
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        m_use = gl.where(m_new == -float("inf"), 0.0, m_new)
+    else:
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        m_use = m_new
+    alpha = gl.exp2(m_i - m_use)
+    p = _exp2(gl.fma(s, qk_scale, -m_use[:, None]), EXP2_ON_FMA)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, alpha, m_new, l_i
 # --8<-- [end:softmax]
@@ -220,12 +228,21 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
         # past the end of a partial last block need none. It only frees the tiles it does not need.
         n_mine = n_tiles
         if CAUSAL:
-            n_mine = gl.minimum(gl.cdiv(first_row + ROWS_PER_WARPGROUP, block_n), n_tiles)
+            n_mine = gl.minimum(gl.cdiv(gl.maximum(first_row + ROWS_PER_WARPGROUP + dims[4], 0), block_n), n_tiles)
         if first_row >= dims[0]:
             n_mine = 0
         mbarrier.wait(q_ready, k & 1)
         if n_mine == 0:
             mbarrier.arrive(q_free, count=1)
+            if first_row < dims[0]:  # rows that see no key (more queries than keys, bottom-right): 0 and -inf
+                rows = gl.arange(0, ROWS_PER_WARPGROUP, o_rows)
+                cols = gl.arange(0, head_dim, gl.SliceLayout(0, o_layout))
+                ours = (first_row + rows)[:, None] + cols[None, :] * 0 < dims[0]
+                gl.store(o_ptr + (q_row + rows)[:, None] * head_dim + cols[None, :],
+                         gl.zeros([ROWS_PER_WARPGROUP, head_dim], dtype, o_layout), mask=ours)
+                if STORE_LSE:
+                    rows = gl.arange(0, ROWS_PER_WARPGROUP, gl.SliceLayout(1, s_layout))
+                    gl.store(lse_ptr + q_row + rows, rows * 0.0 - float("inf"), mask=first_row + rows < dims[0])
         else:
             # Tile 0 on its own: its scores, then its softmax (nothing to overlap with yet).
             mbarrier.wait(k_ready.index(tile % stages), (tile // stages) & 1)
@@ -237,7 +254,8 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
                 mbarrier.arrive(q_free, count=1)
             m_i = gl.full([ROWS_PER_WARPGROUP], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
             l_i = gl.zeros([ROWS_PER_WARPGROUP], gl.float32, gl.SliceLayout(1, s_layout))
-            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, first_row, dims[0], CAUSAL, EXP2_ON_FMA)
+            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, first_row, dims[3], dims[4], CAUSAL,
+                                               EXP2_ON_FMA)
             p = gl.convert_layout(p.to(dtype), p_layout)
             acc = gl.zeros([ROWS_PER_WARPGROUP, head_dim], gl.float32, o_layout)
 
@@ -259,7 +277,7 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
                 mbarrier.arrive(k_free.index(slot), count=1)
                 if j == n_mine - 1:
                     mbarrier.arrive(q_free, count=1)
-                p_next, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, dims[0], CAUSAL,
+                p_next, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, dims[3], dims[4], CAUSAL,
                                                         EXP2_ON_FMA)
                 p_next = gl.convert_layout(p_next.to(dtype), p_layout)  # 16-bit: half the registers to carry
                 # Now the product must be done: free V_{j-1}, then rescale O to the new running max.
@@ -274,7 +292,8 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
             acc = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
             acc, p = warpgroup_mma_wait(0, deps=[acc, p])
             mbarrier.arrive(v_free.index(last), count=1)
-            out = acc / gl.convert_layout(l_i, o_rows)[:, None]
+            l_safe = gl.where(l_i == 0.0, 1.0, l_i)  # a row that saw no key: output 0, logsumexp -inf
+            out = acc / gl.convert_layout(l_safe, o_rows)[:, None]
 
             if first_row + ROWS_PER_WARPGROUP <= dims[0]:
                 # The output leaves through its own buffer by TMA, while this warpgroup moves on to the next
@@ -290,7 +309,7 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
                 gl.store(o_ptr + (q_row + rows)[:, None] * head_dim + cols[None, :], out.to(dtype), mask=ours)
             if STORE_LSE:  # natural-log logsumexp per row, for a backward pass
                 rows = gl.arange(0, ROWS_PER_WARPGROUP, gl.SliceLayout(1, s_layout))
-                lse = (m_i + gl.log2(l_i)) / 1.4426950408889634
+                lse = gl.where(l_i == 0.0, -float("inf"), (m_i + gl.log2(l_safe)) / 1.4426950408889634)
                 gl.store(lse_ptr + q_row + rows, lse, mask=first_row + rows < dims[0])
         for j in range(n_mine, n_tiles):  # tiles the other warpgroups need: free them at once
             mbarrier.wait(k_ready.index((tile + j) % stages), ((tile + j) // stages) & 1)
@@ -321,7 +340,8 @@ def _third_warpgroup(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WARPG
 
 # --8<-- [start:kernel]
 @gluon.jit
-def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, qk_scale, seq_len, heads, group, schedule,
+def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, qk_scale, seq_q, seq_k, offset, heads, group,
+                       schedule,
                        CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, STAGES: gl.constexpr,
                        PINGPONG: gl.constexpr, EXP2_ON_FMA: gl.constexpr,
                        WARPGROUPS: gl.constexpr, WORKER_REGS: gl.constexpr):
@@ -351,7 +371,7 @@ def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, qk_scale,
         mbarrier.arrive(turn.index(0), count=1)
 
     descs = (q_desc, k_desc, v_desc, o_desc, o_ptr)
-    dims = (seq_len, heads, group)
+    dims = (seq_q, heads, group, seq_k, offset)
     smem = (q_smem, k_smem, v_smem, o_smem)
     bars = (q_ready, q_free, k_ready, k_free, v_ready, v_free, turn)
     if WARPGROUPS == 2:
@@ -403,9 +423,13 @@ def warpgroups_for(head_dim: int, seq: int, causal: bool) -> int:
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, sm_scale: float,
-              return_lse: bool, out: torch.Tensor | None = None, pingpong: bool = False,
-              schedule: str = "balanced", exp2_on_fma: int = 0, warpgroups: int | None = None):
+              return_lse: bool, causal_alignment: str = "top-left", out: torch.Tensor | None = None,
+              pingpong: bool = False, schedule: str = "balanced", exp2_on_fma: int = 0,
+              warpgroups: int | None = None):
     """The Gluon kernel on inputs the fast path has already checked (see kernels.flash_attention_fast).
+
+    q has Nq queries and k, v Nk keys; with causal, query i sees keys up to i (top-left) or i + Nk - Nq
+    (bottom-right), and a row that sees no key gets 0 and logsumexp -inf.
 
     `out`, if given, must be a contiguous tensor like q; the tests pass one filled with NaN. `pingpong`
     turns on the turn-taking that chapter 9 tried and dropped; `schedule` says which items each program
@@ -419,6 +443,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}; got {schedule!r}")
     batch, heads, seq, head_dim = q.shape
+    keys = k.shape[2]
+    offset = keys - seq if causal_alignment == "bottom-right" else 0
     warpgroups = warpgroups_for(head_dim, seq, causal) if warpgroups is None else warpgroups
     if warpgroups not in REGISTERS or (warpgroups == 3 and (head_dim != 64 or pingpong)):
         raise ValueError(f"warpgroups must be 2, or 3 at head dim 64 without pingpong; got {warpgroups!r} at "
@@ -427,16 +453,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     lse = torch.empty((batch, heads, seq), device=q.device, dtype=torch.float32) if return_lse else out
 
     def descriptor(t, block_rows):
-        rows = t.shape[0] * t.shape[1] * seq
+        rows = t.shape[0] * t.shape[1] * t.shape[2]
         return TensorDescriptor(t.view(rows, head_dim), [rows, head_dim], [head_dim, 1], [block_rows, head_dim],
                                 _shared_layout(q.dtype, block_rows, head_dim))
 
     # Which items (query rows of one (batch, head) that a program's warpgroups take at once) each program takes.
     table, programs = schedules.table_on(q.device, schedule, batch * heads, seq, warpgroups, BLOCK_N,
-                                         bool(causal), _sm_count(q.device))
+                                         bool(causal), _sm_count(q.device), keys, offset)
     _hopper_fwd_kernel[(programs,)](
         descriptor(q, ROWS_PER_WARPGROUP.value), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N),
-        descriptor(out, ROWS_PER_WARPGROUP.value), out, lse, sm_scale * LOG2_E, seq, heads, heads // k.shape[1], table,
+        descriptor(out, ROWS_PER_WARPGROUP.value), out, lse, sm_scale * LOG2_E, seq, keys, offset, heads,
+        heads // k.shape[1], table,
         CAUSAL=bool(causal), STORE_LSE=return_lse, STAGES=STAGES, PINGPONG=pingpong,
         EXP2_ON_FMA=exp2_on_fma, WARPGROUPS=warpgroups, WORKER_REGS=REGISTERS[warpgroups][1],
         num_warps=4, maxnreg=REGISTERS[warpgroups][0],

@@ -127,16 +127,14 @@ def measure(model: Model, dtype_name: str, n: int, *, batch: int | None = None, 
 
 def _forward_path(q, k, v) -> tuple[str, str | None, str | None]:
     """(the path kernels.flash_attention_fast.attention takes, why it falls back, why not the Gluon kernel), by the
-    rules its wrapper applies: fallback_reason, then the Gluon kernel on compute capability 9.0 unless gluon_reason."""
+    rules its wrapper applies: fallback_reason, then the Gluon kernel on compute capability 9.0."""
     from kernels import flash_attention_fast as fast
 
     reason = fast.fallback_reason(q, k, v)
     if reason is not None:
         return READABLE_FORWARD, reason, None
-    not_gluon = fast.gluon_reason(q, k)
     major, minor = fast.capability(q.device)
-    if not_gluon is None and major != 9:
-        not_gluon = f"compute capability {major}.{minor} (the Gluon kernel runs on 9.0 only)"
+    not_gluon = None if major == 9 else f"compute capability {major}.{minor} (the Gluon kernel runs on 9.0 only)"
     return (GLUON if not_gluon is None else TRITON), None, not_gluon
 
 
@@ -152,10 +150,8 @@ def _backward_path(q, k, v) -> tuple[str, str | None, str | None]:
         return READABLE_BACKWARD, reason, None
     if fast_backward.BEST_FEATURES["GLUON"] and fast_backward.gluon_takes(q, k):
         return GLUON, None, None
-    grouped = None if k.shape[1] == q.shape[1] else (f"grouped K/V heads ({q.shape[1]} query heads, {k.shape[1]} K/V "
-                                                     f"heads; the Gluon backward takes equal heads)")
     not_gluon = ("the GLUON switch is off" if not fast_backward.BEST_FEATURES["GLUON"] else
-                 fast_backward.gluon_reason(q) or grouped or fast.whole_tiles_reason(q, k)
+                 fast_backward.gluon_reason(q) or fast.whole_tiles_reason(q, k)
                  or "the Gluon backward does not take these inputs")
     return TRITON, None, not_gluon
 

@@ -1,8 +1,8 @@
-# Which inputs take chapter 9's fast path, and which of its two kernels? The rules look only at dtype, shapes
-# and layout, so this runs anywhere: "meta" tensors have a shape and a dtype but no data.
+# Which inputs take chapter 9's fast path? The rules look only at dtype, shapes and layout, so this runs
+# anywhere: "meta" tensors have a shape and a dtype but no data.
 import torch
 
-from kernels.flash_attention_fast import gluon_reason, shape_reason
+from kernels.flash_attention_fast import shape_reason
 
 
 def qkv(n_q, n_k=None, d=64, dtype=torch.float16, kv_heads=8):
@@ -26,8 +26,4 @@ cases["fp16, N=4096, transposed q"] = (q.transpose(1, 2).contiguous().transpose(
 
 for label, (q, k, v) in cases.items():
     reason = shape_reason(q, k, v)
-    if reason is not None:
-        print(f"{label:31s} -> chapter 5 kernel: {reason}")
-    else:
-        other = gluon_reason(q, k)
-        print(f"{label:31s} -> fast path, {'Gluon kernel' if other is None else 'Triton kernel: ' + other}")
+    print(f"{label:31s} -> {'fast path' if reason is None else 'chapter 5 kernel: ' + reason}")
