@@ -29,8 +29,8 @@ Chapter 11's worklog table says which of them paid off; BEST_FEATURES turns thos
 
 The fast path takes what the fast forward takes: fp16 or bf16, head dim 64 or 128, contiguous tensors, any
 lengths (query and key lengths may differ, with both causal alignments), k and v with fewer heads than q. Anything
-else goes to chapter 10's readable backward, with a FallbackWarning that says why. The Gluon kernel takes equal
-lengths that are a multiple of 128; the Triton kernels take the rest. `attention` is the
+else goes to chapter 10's readable backward, with a FallbackWarning that says why; on Hopper GPUs the Gluon kernel
+takes them all. `attention` is the
 differentiable fast path: chapter 9's forward, this backward
 (the Gluon kernel of steps 8-13 on a Hopper GPU).
 """
@@ -346,12 +346,6 @@ def fallback_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | 
     return fast_forward.shape_reason(q, k, v)
 
 
-def gluon_takes(q: torch.Tensor, k: torch.Tensor) -> bool:
-    """Whether step 8's Gluon kernel takes these fast-path inputs: it needs a Hopper GPU and equal query and key
-    lengths that are a multiple of 128 (any grouping of K/V heads). The Triton kernels take the rest."""
-    return gluon_reason(q) is None and fast_forward.whole_tiles_reason(q, k) is None
-
-
 def gluon_reason(q: torch.Tensor) -> str | None:
     """Why step 8's Gluon kernel cannot run here (None if it can): it needs a Hopper GPU, not the interpreter."""
     if kernels.interpreting():
@@ -435,14 +429,15 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
                                            sm_scale=sm_scale)
     check_saved(do, q, out, lse)
     switches = {**BEST_FEATURES, **features}
-    if switches["GLUON"] and gluon_takes(q, k):
+    if switches["GLUON"] and gluon_reason(q) is None:
         if dkdv_config is not None or dq_config is not None:
             raise ValueError("dkdv_config and dq_config pin the Triton kernels' tiles; the Gluon kernel has its "
                              "own, so pass GLUON=False with them")
         from kernels import flash_attention_backward_hopper  # imported here: that module imports this one
 
         return flash_attention_backward_hopper.attention_backward(
-            do, q, k, v, out, lse, causal=causal, sm_scale=sm_scale, kv_in_registers=switches["KV_IN_REGISTERS"],
+            do, q, k, v, out, lse, causal=causal, causal_alignment=causal_alignment, sm_scale=sm_scale,
+            kv_in_registers=switches["KV_IN_REGISTERS"],
             dq_by_turns=switches["DQ_BY_TURNS"], longest_first=switches["LONGEST_FIRST"],
             rows_in_accumulators=switches["ROWS_IN_ACCUMULATORS"], rows_in_shared=switches["ROWS_IN_SHARED"])
     batch, heads, n_q, head_dim = q.shape

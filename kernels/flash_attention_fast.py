@@ -44,7 +44,6 @@ from kernels.validate import softmax_scale
 LOG2_E = 1.4426950408889634
 FAST_DTYPES = (torch.float16, torch.bfloat16)
 FAST_HEAD_DIMS = (64, 128)
-SEQ_MULTIPLE = 128
 LAZY_THRESHOLD = 8.0  # in log2 units: skip the rescale while the max grew by less than 8 (a factor of 2^8)
 
 
@@ -291,16 +290,6 @@ def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | Non
         return f"head dim {q.shape[-1]} (the fast path takes {' and '.join(map(str, FAST_HEAD_DIMS))})"
     if not all(t.is_contiguous() for t in (q, k, v)):
         return "non-contiguous inputs"
-    return None
-
-
-def whole_tiles_reason(q: torch.Tensor, k: torch.Tensor) -> str | None:
-    """Why the fast backward (chapter 11) cannot take these inputs, or None: it needs equal query and key lengths
-    that are a multiple of 128."""
-    if q.shape[2] != k.shape[2]:
-        return f"query length {q.shape[2]} differs from key length {k.shape[2]}"
-    if q.shape[2] % SEQ_MULTIPLE:
-        return f"sequence length {q.shape[2]} is not a multiple of {SEQ_MULTIPLE}"
     return None
 
 

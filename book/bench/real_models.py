@@ -140,20 +140,16 @@ def _forward_path(q, k, v) -> tuple[str, str | None, str | None]:
 
 def _backward_path(q, k, v) -> tuple[str, str | None, str | None]:
     """(the path of kernels.flash_attention_backward_fast's backward, why it falls back, why not the Gluon kernel), by
-    the rules attention_backward applies: fallback_reason, then the Gluon kernel if the GLUON switch is on and
-    gluon_takes these inputs, the Triton kernels otherwise."""
+    the rules attention_backward applies: fallback_reason, then the Gluon kernel if the GLUON switch is on and it
+    can run here (gluon_reason), the Triton kernels otherwise."""
     from kernels import flash_attention_backward_fast as fast_backward
-    from kernels import flash_attention_fast as fast
 
     reason = fast_backward.fallback_reason(q, k, v)
     if reason is not None:
         return READABLE_BACKWARD, reason, None
-    if fast_backward.BEST_FEATURES["GLUON"] and fast_backward.gluon_takes(q, k):
-        return GLUON, None, None
-    not_gluon = ("the GLUON switch is off" if not fast_backward.BEST_FEATURES["GLUON"] else
-                 fast_backward.gluon_reason(q) or fast.whole_tiles_reason(q, k)
-                 or "the Gluon backward does not take these inputs")
-    return TRITON, None, not_gluon
+    not_gluon = ("the GLUON switch is off" if not fast_backward.BEST_FEATURES["GLUON"]
+                 else fast_backward.gluon_reason(q))
+    return (GLUON if not_gluon is None else TRITON), None, not_gluon
 
 
 def _sdpa_attention(backend: str, grouped: bool):
