@@ -142,7 +142,8 @@ def _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, s
         if USE_TMA:  # the whole tile in one bulk reduce-add, done by the copy engine from shared memory
             dq_acc.atomic_add([row0 + start_m, 0], dq)
         else:  # one atomic add per element, issued by the threads
-            tl.atomic_add(dq_acc + (row0 + offs_m)[:, None] * HEAD_DIM + offs_d[None, :], dq, sem="relaxed")
+            tl.atomic_add(dq_acc + (row0 + offs_m)[:, None] * HEAD_DIM + offs_d[None, :], dq,
+                          mask=(offs_m < N_Q)[:, None], sem="relaxed")
     return dk, dv
 # --8<-- [end:dkdv-step]
 
@@ -428,6 +429,8 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
         return readable.attention_backward(do, q, k, v, out, lse, causal=causal, causal_alignment=causal_alignment,
                                            sm_scale=sm_scale)
     check_saved(do, q, out, lse)
+    if q.numel() == 0:  # no query: no gradient flows to any key
+        return torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
     switches = {**BEST_FEATURES, **features}
     if switches["GLUON"] and gluon_reason(q) is None:
         if dkdv_config is not None or dq_config is not None:

@@ -27,10 +27,10 @@ accumulators) instead of from zero, so that those two rows need no registers whi
 Step 13 has the copy warp bring each Q block's logsumexp and D into shared memory with Q and dO, so that the
 computing warps read them there instead of waiting for their own loads from global memory.
 
-The inputs are the fast path's: fp16 or bf16, head dim 64 or 128, equal query and key lengths that are a multiple
-of 128, contiguous tensors, a Hopper GPU. Gluon does not run in Triton's CPU interpreter. D = rowsum(dO ∘ O),
-the base-2 logsumexp, the zeroed fp32 buffer and the final scaling of dQ come from the Triton backward's small
-kernels (kernels/flash_attention_backward_fast.py).
+The inputs are the fast path's: fp16 or bf16, head dim 64 or 128, any query and key lengths (both causal
+alignments), k and v with fewer heads than q, contiguous tensors, a Hopper GPU. Gluon does not run in Triton's
+CPU interpreter. D = rowsum(dO ∘ O), the base-2 logsumexp, the zeroed fp32 buffer and the final scaling of dQ come
+from the Triton backward's small kernels (kernels/flash_attention_backward_fast.py).
 """
 
 from __future__ import annotations
@@ -407,6 +407,8 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     for name, t in (("do", do), ("out", out)):
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
+    if q.numel() == 0:  # no query: no gradient flows to any key
+        return torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
     batch, heads, seq, head_dim = q.shape
     kv_heads, n_k = k.shape[1], k.shape[2]
     offset = n_k - seq if causal_alignment == "bottom-right" else 0

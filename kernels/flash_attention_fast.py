@@ -10,7 +10,7 @@ can time every step of the worklog from one source:
 - LONGEST_FIRST: causal programs with the most tiles start first, so the last wave of the grid is short.
 - FUSED_SCALE: the softmax scale and the max subtraction become one fused multiply-add per score.
 - LAZY_RESCALE: the accumulator is rescaled only when a row's running max grows by more than 8 in log2
-  units (a factor of 2^8 in the exponentials).
+  units (a factor of 2^8 in the exponentials); masked tiles always rescale.
 - OVERLAP: the unmasked loop starts the next tile's scores before the current tile's softmax.
 - WARP_SPECIALIZE: Triton splits the loop into producer (loads) and consumer (math) warps.
 Chapter 7's worklog table says which of them paid off; BEST_FEATURES turns those on.
@@ -77,7 +77,7 @@ def _softmax_step(acc, m_i, l_i, s, qk_scale, FUSED_SCALE: tl.constexpr, LAZY_RE
     so that its exponentials are 0, not NaN.
     """
     m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-    if MASKED and not LAZY_RESCALE:
+    if MASKED:  # masked tiles always rescale, LAZY_RESCALE or not: a row may have seen no key yet
         m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
         alpha = tl.math.exp2(m_i - m_safe)
         acc = acc * alpha[:, None]
@@ -346,14 +346,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         gluon = not features and config is None and major == 9
     elif gluon and major != 9:
         raise ValueError(f"gluon=True needs a Hopper GPU (compute capability 9.0); {q.device} has {major}.{minor}")
+    if q.numel() == 0:  # no query: nothing to compute on either kernel
+        out = torch.empty_like(q)
+        return (out, torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)) if return_lse else out
     if gluon:
         return hopper.attention(q, k, v, causal=causal, causal_alignment=causal_alignment, sm_scale=sm_scale,
                                 return_lse=return_lse)
     switches = {**BEST_FEATURES, **features}
     out = torch.empty_like(q)
     lse = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32) if return_lse else out
-    if q.numel() == 0:
-        return (out, lse) if return_lse else out
 
     q2, o2 = (t.view(batch * heads * n_q, head_dim) for t in (q, out))
     k2, v2 = (t.view(batch * kv_heads * n_k, head_dim) for t in (k, v))

@@ -184,11 +184,13 @@ def _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, seq_k, offset, CAUSAL: gl
         s = gl.where(keys[None, :] <= last_key[:, None], s, -float("inf"))
         m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
         m_use = gl.where(m_new == -float("inf"), 0.0, m_new)
+        # On the special-function units: the FMA polynomial clamps at 2^-126, and a masked score must give 0.
+        p = gl.exp2(gl.fma(s, qk_scale, -m_use[:, None]))
     else:
         m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
         m_use = m_new
+        p = _exp2(gl.fma(s, qk_scale, -m_use[:, None]), EXP2_ON_FMA)
     alpha = gl.exp2(m_i - m_use)
-    p = _exp2(gl.fma(s, qk_scale, -m_use[:, None]), EXP2_ON_FMA)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, alpha, m_new, l_i
 # --8<-- [end:softmax]
@@ -445,6 +447,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     batch, heads, seq, head_dim = q.shape
     keys = k.shape[2]
     offset = keys - seq if causal_alignment == "bottom-right" else 0
+    if pingpong and (keys != seq or seq % BLOCK_N):
+        raise ValueError(f"pingpong takes turns over whole tiles: it needs equal query and key lengths that are a "
+                         f"multiple of {BLOCK_N}, got {seq} and {keys}")
     warpgroups = warpgroups_for(head_dim, seq, causal) if warpgroups is None else warpgroups
     if warpgroups not in REGISTERS or (warpgroups == 3 and (head_dim != 64 or pingpong)):
         raise ValueError(f"warpgroups must be 2, or 3 at head dim 64 without pingpong; got {warpgroups!r} at "

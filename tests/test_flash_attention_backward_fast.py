@@ -73,7 +73,8 @@ def test_inputs_off_the_fast_path_fall_back_to_chapter_10_with_a_reason(device):
     (3, 3, 140, 260, False, "top-left"),
 ])
 @pytest.mark.parametrize("switches", [{}, {"USE_TMA": False, "TRANSPOSED": False}, {"ATOMIC_DQ": True},
-                                      {"SPLIT_DIAGONAL": False}], ids=["best", "pointers", "atomic-dq", "no-split"])
+                                      {"ATOMIC_DQ": True, "USE_TMA": False}, {"SPLIT_DIAGONAL": False}],
+                         ids=["best", "pointers", "atomic-dq", "atomic-dq-pointers", "no-split"])
 def test_any_length_and_chunked_prefill_match_float64(heads, kv_heads, n_q, n_k, causal, alignment, switches,
                                                       device):
     q, k, v, do = inputs(1, heads, n_q, n_k, 64, torch.float16, device, kv_heads=kv_heads)
@@ -201,3 +202,10 @@ def test_gpu_fast_path_trains_like_sdpa(causal):
     for mine, sdpa, ref in zip(ours, theirs, expected, strict=True):
         # As close to float64 as SDPA's own gradients are, within a factor of two.
         assert rel_err(mine.grad, ref) <= 2 * rel_err(sdpa.grad, ref) + 1e-4
+
+
+def test_no_query_gives_no_gradient(device):
+    q, k, v, do = inputs(1, 2, 0, 128, 64, torch.float16, device)
+    out, lse = forward_attention(q, k, v, return_lse=True)
+    dq, dk, dv = fast.attention_backward(do, q, k, v, out, lse)
+    assert dq.shape == q.shape and torch.all(dk == 0) and torch.all(dv == 0)

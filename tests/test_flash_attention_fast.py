@@ -318,3 +318,24 @@ def test_gluon_on_a_gpu_other_than_hopper_is_refused(rng, monkeypatch):
         fast.attention(q, k, v, gluon=True)
     # Without gluon=True, such a GPU takes the Triton kernel (on this GPU it still runs, so check it).
     assert rel_error(fast.attention(q, k, v), reference(q, k, v, False)) < TOLERANCE[torch.float16]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("switches", [{"LAZY_RESCALE": True}, {"SPLIT_DIAGONAL": False}, {"OVERLAP": True}])
+def test_gpu_worklog_switches_give_empty_rows_zero(rng, switches):
+    """More queries than keys, bottom-right: the first 230 rows see no key, on every switch of the Triton kernel."""
+    q = torch.randn(1, 2, 300, 64, generator=rng).to("cuda", torch.float16)
+    k, v = (torch.randn(1, 2, 70, 64, generator=rng).to("cuda", torch.float16) for _ in range(2))
+    out, lse = fast.attention(q, k, v, causal=True, causal_alignment="bottom-right", return_lse=True, **switches)
+    ref, ref_lse = reference_any(q, k, v, True, "bottom-right")
+    assert not out.isnan().any() and torch.all(out[:, :, :230] == 0)
+    assert rel_error(out, ref) < TOLERANCE[torch.float16]
+    assert torch.equal(torch.isneginf(lse), ~torch.isfinite(ref_lse))
+
+
+@pytest.mark.gpu
+def test_gpu_no_query_returns_empty(rng):
+    q = torch.randn(1, 2, 0, 64).to("cuda", torch.float16)
+    k = torch.randn(1, 2, 128, 64, generator=rng).to("cuda", torch.float16)
+    out, lse = fast.attention(q, k, k, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (1, 2, 0)
