@@ -35,8 +35,11 @@ def compile_for_hopper(head_dim: int, causal: bool) -> dict:
     signature = {"q_desc": q_block, "k_desc": kv_block, "v_desc": kv_block, "do_desc": q_block,
                  "k_dq_desc": descriptor_type(2 * keys, dq_cols),
                  "dq_desc": descriptor_type(hopper.BLOCK_M, dq_cols, "fp32"), "dk_desc": kv_block,
-                 "dv_desc": kv_block, "lse2_src": rows_block, "delta_src": rows_block, "qk_scale": "fp32",
-                 "sm_scale": "fp32", "seq_len": "i32", "CAUSAL": "constexpr", "STAGES": "constexpr",
+                 "dv_desc": kv_block, "dk_ptr": "*fp16", "dv_ptr": "*fp16", "lse2_src": rows_block,
+                 "delta_src": rows_block, "qk_scale": "fp32",
+                 "sm_scale": "fp32", "seq_q": "i32", "seq_k": "i32", "offset": "i32", "heads": "i32", "group": "i32",
+                 "CAUSAL": "constexpr",
+                 "STAGES": "constexpr",
                  "WORKER_REGS": "constexpr", "KV_IN_REGISTERS": "constexpr", "HEADS_PER_GROUP": "constexpr",
                  "ROWS_IN_ACCUMULATORS": "constexpr", "ROWS_IN_SHARED": "constexpr"}
     constants = {"CAUSAL": causal, "STAGES": hopper.STAGES[head_dim], "WORKER_REGS": hopper.REGISTERS[1],

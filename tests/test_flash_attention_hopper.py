@@ -32,8 +32,11 @@ def compile_for_hopper(head_dim: int, causal: bool, exp2_on_fma: int = 0, warpgr
         return f"tensordesc<fp16[{rows}, {head_dim}],{layout!r}>"
 
     q_block, kv_block = descriptor_type(hopper.ROWS_PER_WARPGROUP.value), descriptor_type(hopper.BLOCK_N)
-    signature = {"q_desc": q_block, "k_desc": kv_block, "v_desc": kv_block, "o_desc": q_block, "lse_ptr": "*fp32",
-                 "qk_scale": "fp32", "seq_len": "i32", "schedule": "*i32", "CAUSAL": "constexpr",
+    signature = {"q_desc": q_block, "k_desc": kv_block, "v_desc": kv_block, "o_desc": q_block, "o_ptr": "*fp16",
+                 "lse_ptr": "*fp32",
+                 "qk_scale": "fp32", "seq_q": "i32", "seq_k": "i32", "offset": "i32", "heads": "i32", "group": "i32",
+                 "schedule": "*i32",
+                 "CAUSAL": "constexpr",
                  "STORE_LSE": "constexpr", "STAGES": "constexpr", "PINGPONG": "constexpr",
                  "EXP2_ON_FMA": "constexpr", "WARPGROUPS": "constexpr", "WORKER_REGS": "constexpr"}
     constants = {"CAUSAL": causal, "STORE_LSE": True, "STAGES": hopper.STAGES, "PINGPONG": False,
