@@ -398,7 +398,8 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
 
     kv_in_registers and dq_by_turns are steps 9 and 10; they apply at head dim 64 and are ignored at 128.
     longest_first is step 11; it applies to causal attention (without the mask every program's loop is as long).
-    rows_in_accumulators is step 12; it applies at head dim 128 and is ignored at 64. rows_in_shared is step 13.
+    rows_in_accumulators is step 12; it applies at head dim 128 and is ignored at 64. rows_in_shared is step 13; it
+    applies when the query length is a multiple of 4 and is ignored otherwise.
     """
     reason = shape_reason(q, k, v)
     if reason is not None:
@@ -439,6 +440,9 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     key_blocks = triton.cdiv(n_k, keys)
     grid = ((at_a_time, batch * kv_heads // at_a_time * key_blocks) if at_a_time else (key_blocks, batch * kv_heads))
     row_sources = [lse2, delta]  # pointers, or (step 13) descriptors of BLOCK_M floats for the copy engine
+    # The copy engine reads a block of fp32 rows from a 16-byte aligned address only: a head's rows start at
+    # multiples of 4 when the query length is one. Otherwise the computing warps load them (steps 9 to 12).
+    rows_in_shared = rows_in_shared and seq % 4 == 0
     if rows_in_shared:
         row_sources = [TensorDescriptor(t, [rows], [1], [BLOCK_M], ROWS_LAYOUT.value) for t in row_sources]
     _hopper_bwd_kernel[grid](

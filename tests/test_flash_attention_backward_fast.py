@@ -172,8 +172,9 @@ def test_gpu_on_hopper_the_final_path_is_the_gluon_kernel(monkeypatch):
     calls = []
     monkeypatch.setattr(hopper, "attention_backward", lambda *args, **kwargs: calls.append(kwargs) or (q, k, v))
     fast.attention_backward(do, q, k, v, out, lse, causal=True)
-    assert calls == [{"causal": True, "sm_scale": 64**-0.5, "kv_in_registers": True, "dq_by_turns": True,
-                     "longest_first": True, "rows_in_accumulators": True, "rows_in_shared": True}]
+    assert calls == [{"causal": True, "causal_alignment": "top-left", "sm_scale": 64**-0.5, "kv_in_registers": True,
+                      "dq_by_turns": True, "longest_first": True, "rows_in_accumulators": True,
+                      "rows_in_shared": True}]
     fast.attention_backward(do, q, k, v, out, lse, GLUON=False)
     assert len(calls) == 1  # GLUON=False: the Triton kernels
     with pytest.raises(ValueError, match="pass GLUON=False with them"):
