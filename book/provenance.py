@@ -51,6 +51,21 @@ def _driver_version() -> str:
         return "unknown"
 
 
+def _clocks() -> dict:
+    """The GPU's clocks in MHz as the run starts (SM and memory, now and their maximum), from nvidia-smi; {} when
+    it cannot say. A run at lowered clocks reads slower than the same code at full clocks."""
+    fields = ["clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem"]
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, check=True, timeout=30,
+        ).stdout
+        values = [int(v) for v in out.strip().splitlines()[0].split(",")]
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        return {}
+    return dict(zip(["sm_mhz", "max_sm_mhz", "memory_mhz", "max_memory_mhz"], values, strict=True))
+
+
 def collect(sources: list[str]) -> dict:
     """Provenance of a run on the current CUDA device, with hashes of the measured sources."""
     import torch
@@ -63,6 +78,8 @@ def collect(sources: list[str]) -> dict:
         "sm_count": props.multi_processor_count,
         "driver": _driver_version(),
         "cuda": torch.version.cuda or "unknown",
+        "cudnn": str(torch.backends.cudnn.version() or "unknown"),  # the SDPA cuDNN backend's library
+        "clocks": _clocks(),
         "torch": torch.__version__,
         "triton": triton.__version__,
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -92,11 +92,16 @@ def _short_commit(commit: str) -> str:
     return commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
 
 
+def _cudnn(provenance: dict) -> str:
+    """", cuDNN 91002" where the run recorded it (runs before the book recorded it did not)."""
+    return f', cuDNN {provenance["cudnn"]}' if provenance.get("cudnn") else ""
+
+
 def provenance_line(provenance: dict) -> str:
     commit = _short_commit(provenance["commit"])
     return (
         f'<p class="provenance">Measured on {provenance["gpu"]} (driver {provenance["driver"]}, '
-        f'CUDA {provenance["cuda"]}), torch {provenance["torch"]}, triton {provenance["triton"]}, '
+        f'CUDA {provenance["cuda"]}{_cudnn(provenance)}), torch {provenance["torch"]}, triton {provenance["triton"]}, '
         f'{provenance["date"][:10]}, commit <code>{commit}</code>.</p>'
     )
 

@@ -63,3 +63,25 @@ def test_write_puts_the_file_under_the_gpu_folder(tmp_path):
     path = results.write(_valid_result(), results_dir=tmp_path)
     assert path == tmp_path / "nvidia-h100-80gb-hbm3" / "vector_add.json"
     assert results.load_all("vector_add", results_dir=tmp_path)[0] == _valid_result()
+
+
+def test_provenance_records_cudnn_and_clocks(monkeypatch):
+    """A run records the clocks nvidia-smi reports, and an empty dict when it cannot say; both pass the schema."""
+    import subprocess
+
+    from book import provenance
+
+    def smi(args, **_kwargs):
+        return subprocess.CompletedProcess(args, 0, stdout="1980, 1980, 3201, 3201\n")
+
+    monkeypatch.setattr(provenance.subprocess, "run", smi)
+    assert provenance._clocks() == {"sm_mhz": 1980, "max_sm_mhz": 1980, "memory_mhz": 3201, "max_memory_mhz": 3201}
+    result = _valid_result()
+    result["provenance"] |= {"cudnn": "91002", "clocks": provenance._clocks()}
+    results.validate(result)
+
+    def missing(args, **_kwargs):
+        raise FileNotFoundError("nvidia-smi")
+
+    monkeypatch.setattr(provenance.subprocess, "run", missing)
+    assert provenance._clocks() == {}
