@@ -78,11 +78,11 @@ def _program_tile(dims, HEADS_PER_GROUP: gl.constexpr):
     """This program's first key, the first row of its (batch, K/V head) in the 2-D views of k and v, and the
     first of the query heads that read that K/V head (in batch x query heads).
 
-    dims = (queries, query heads, query heads per K/V head, keys, causal offset). HEADS_PER_GROUP = 0: grid (key blocks,
-    K/V heads), every key block of a head before the next head. Otherwise (step 11) grid (HEADS_PER_GROUP, key
-    blocks x groups of heads): the first key block of each head of a group, then the second, ..., so the longest
-    causal loops start first, a few heads at a time."""
-    seq_q, heads, group, seq_k, offset = dims
+    dims = (queries, query heads, query heads per K/V head, keys, causal offset, WHOLE). HEADS_PER_GROUP = 0:
+    grid (key blocks, K/V heads), every key block of a head before the next head. Otherwise (step 11) grid
+    (HEADS_PER_GROUP, key blocks x groups of heads): the first key block of each head of a group, then the second,
+    ..., so the longest causal loops start first, a few heads at a time."""
+    seq_q, heads, group, seq_k, offset, WHOLE = dims
     if HEADS_PER_GROUP == 0:
         block = gl.program_id(0)
         kv_head = gl.program_id(1)
@@ -99,7 +99,7 @@ def _program_tile(dims, HEADS_PER_GROUP: gl.constexpr):
 def _query_blocks(start_n, dims, block_m: gl.constexpr, CAUSAL: gl.constexpr):
     """The first query of the Q blocks that see any of the keys from start_n, and how many blocks there are per
     query head: with CAUSAL, queries before start_n - offset see none of them."""
-    seq_q, heads, group, seq_k, offset = dims
+    seq_q, heads, group, seq_k, offset, WHOLE = dims
     lo = 0
     if CAUSAL:
         lo = gl.maximum(start_n - offset, 0) // block_m * block_m
@@ -122,7 +122,7 @@ def _load_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_s
     parts: gl.constexpr = k_dq_smem.shape[0]  # two column halves, or (step 10) one part with every column
     dq_cols: gl.constexpr = k_dq_smem.shape[2]
     start_n, kv_row0, first_head = _program_tile(dims, HEADS_PER_GROUP)
-    seq_q, heads, group, seq_k, offset = dims
+    seq_q, heads, group, seq_k, offset, WHOLE = dims
     mbarrier.expect(kv_ready, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes)
                     + parts * k_dq_desc.block_type.nbytes)
     for w in gl.static_range(2):
@@ -131,24 +131,26 @@ def _load_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_s
     for part in gl.static_range(parts):
         _tma_load(k_dq_desc, [kv_row0 + start_n, part * dq_cols], kv_ready, k_dq_smem.index(part))
     lo, blocks = _query_blocks(start_n, dims, block_m, CAUSAL)
-    for i in range(group * blocks):  # every Q block of every query head that reads this K/V head
-        slot = i % stages
-        free_phase = ((i // stages) & 1) ^ 1  # a fresh barrier counts phase 1 as complete: the first wait passes
-        mbarrier.wait(q_free.index(slot), free_phase)
-        row = (first_head + i // blocks) * seq_q + lo + (i % blocks) * block_m
-        if ROWS_IN_SHARED:
-            mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes + lse2_src.block_type.nbytes)
-            _tma_load(lse2_src, [row], q_ready.index(slot), lse2_smem.index(slot))
-        else:
-            mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
-        _tma_load(q_desc, [row, 0], q_ready.index(slot), q_smem.index(slot))
-        mbarrier.wait(do_free.index(slot), free_phase)
-        if ROWS_IN_SHARED:
-            mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes + delta_src.block_type.nbytes)
-            _tma_load(delta_src, [row], do_ready.index(slot), delta_smem.index(slot))
-        else:
-            mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
-        _tma_load(do_desc, [row, 0], do_ready.index(slot), do_smem.index(slot))
+    for h in range(group):  # every query head that reads this K/V head
+        for b in range(blocks):  # every Q block of it that sees these keys
+            i = h * blocks + b  # blocks so far: the ring slot and the barrier phase
+            row = (first_head + h) * seq_q + lo + b * block_m
+            slot = i % stages
+            free_phase = ((i // stages) & 1) ^ 1  # a fresh barrier counts phase 1 as complete: the first wait passes
+            mbarrier.wait(q_free.index(slot), free_phase)
+            if ROWS_IN_SHARED:
+                mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes + lse2_src.block_type.nbytes)
+                _tma_load(lse2_src, [row], q_ready.index(slot), lse2_smem.index(slot))
+            else:
+                mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
+            _tma_load(q_desc, [row, 0], q_ready.index(slot), q_smem.index(slot))
+            mbarrier.wait(do_free.index(slot), free_phase)
+            if ROWS_IN_SHARED:
+                mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes + delta_src.block_type.nbytes)
+                _tma_load(delta_src, [row], do_ready.index(slot), delta_smem.index(slot))
+            else:
+                mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
+            _tma_load(do_desc, [row, 0], do_ready.index(slot), do_smem.index(slot))
 # --8<-- [end:load]
 
 
@@ -160,6 +162,26 @@ def _add_to_dq(dq_desc, buffer, dq, row, col):
     buffer.store(dq)
     fence_async_shared()
     _tma_reduce_add(dq_desc, [row, col], buffer)
+
+
+@gluon.jit
+def _rows_of(src, row0, queries, seq_q, WHOLE: gl.constexpr):
+    """One value per query (the logsumexp or D) from global memory; unless WHOLE, 0 past the last query."""
+    if WHOLE:
+        values = gl.load(src + row0 + queries)
+    else:
+        values = gl.load(src + row0 + queries, mask=queries < seq_q, other=0.0)
+    return values
+
+
+@gluon.jit
+def _store_dk_dv(dk_desc, dv_desc, k, v, dk, dv, row):
+    """dK and dV leave through the K and V buffers, which only this warpgroup reads."""
+    k.store(dk.to(k.dtype))
+    v.store(dv.to(v.dtype))
+    fence_async_shared()
+    _tma_store(dk_desc, [row, 0], k)
+    _tma_store(dv_desc, [row, 0], v)
 
 
 @gluon.jit
@@ -187,10 +209,11 @@ def _compute_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, s
     operand_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
     row_layout: gl.constexpr = gl.SliceLayout(0, st_layout)  # one value per query, shared by the keys
     start_n, kv_row0, first_head = _program_tile(dims, HEADS_PER_GROUP)
-    seq_q, heads, group, seq_k, offset = dims
+    seq_q, heads, group, seq_k, offset, WHOLE = dims
     lo, blocks = _query_blocks(start_n, dims, block_m, CAUSAL)
     keys = start_n + WARPGROUP * KEYS_PER_WARPGROUP + gl.arange(0, KEYS_PER_WARPGROUP,
                                                                  gl.SliceLayout(1, st_layout))
+    first_query = keys - offset  # with CAUSAL, the first query that sees each key
     k = k_smem.index(WARPGROUP)
     v = v_smem.index(WARPGROUP)
     dq_buffer = dq_smem.index(WARPGROUP)
@@ -204,95 +227,100 @@ def _compute_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, s
     else:
         k_first = k
         v_first = v
-    for i in range(group * blocks):  # every Q block of every query head that reads this K/V head: dK, dV sum
-        start_m = lo + (i % blocks) * block_m
-        row0 = (first_head + i // blocks) * seq_q  # first row of this query head
-        slot = i % stages
-        phase = (i // stages) & 1
-        # Start Sᵀ = K Qᵀ and dPᵀ = V dOᵀ on the tensor cores; load this block's logsumexp and D meanwhile. Step 12
-        # (head dim 128) starts the two products from -L₂/qk_scale and -D instead of zero, so that no row of the
-        # logsumexp or D stays in registers; those loads must come first. Step 13 reads both rows from the ring slot
-        # where the copy warp put them beside Q and dO, instead of loading them from global memory.
-        queries = start_m + gl.arange(0, block_m, row_layout)
-        s_start = gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout)
-        dp_start = gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout)
-        if ROWS_IN_ACCUMULATORS and not ROWS_IN_SHARED:
-            s_start -= (gl.load(lse2_src + row0 + queries, mask=queries < seq_q, other=0.0) / qk_scale)[None, :]
-        mbarrier.wait(q_ready.index(slot), phase)
-        if ROWS_IN_ACCUMULATORS and ROWS_IN_SHARED:
-            s_start -= (lse2_smem.index(slot).load(row_layout) / qk_scale)[None, :]
-        q = q_smem.index(slot)
-        s_t = warpgroup_mma(k_first, q.permute((1, 0)), s_start, use_acc=ROWS_IN_ACCUMULATORS, is_async=True)
-        if ROWS_IN_ACCUMULATORS and not ROWS_IN_SHARED:
-            dp_start -= gl.load(delta_src + row0 + queries, mask=queries < seq_q, other=0.0)[None, :]
-        mbarrier.wait(do_ready.index(slot), phase)
-        if ROWS_IN_ACCUMULATORS and ROWS_IN_SHARED:
-            dp_start -= delta_smem.index(slot).load(row_layout)[None, :]
-        do = do_smem.index(slot)
-        dp_t = warpgroup_mma(v_first, do.permute((1, 0)), dp_start, use_acc=ROWS_IN_ACCUMULATORS, is_async=True)
-        if not ROWS_IN_ACCUMULATORS and ROWS_IN_SHARED:
-            lse2 = lse2_smem.index(slot).load(row_layout)
-            delta = delta_smem.index(slot).load(row_layout)
-        if not ROWS_IN_ACCUMULATORS and not ROWS_IN_SHARED:
-            lse2 = gl.load(lse2_src + row0 + queries, mask=queries < seq_q, other=0.0)
-            delta = gl.load(delta_src + row0 + queries, mask=queries < seq_q, other=0.0)
-        # Pᵀ rebuilt from the logsumexp; dV += Pᵀ dO starts while dPᵀ may still be running.
-        s_t = warpgroup_mma_wait(1, deps=[s_t])
-        if ROWS_IN_ACCUMULATORS:
-            p_t = gl.exp2(s_t * qk_scale)
-        else:
-            p_t = gl.exp2(s_t * qk_scale - lse2[None, :])
-        # The mask: a partial last block of queries or of keys (their rows are the next head's, or zeros), and with
-        # CAUSAL a block on the diagonal, where keys after a query's position plus the offset get P = 0.
-        partial = (start_m + block_m > seq_q) or (start_n + 2 * KEYS_PER_WARPGROUP > seq_k)
-        on_diagonal = CAUSAL and start_m + offset < start_n + 2 * KEYS_PER_WARPGROUP
-        if partial or on_diagonal:
-            last_key = queries * 0 + (seq_k - 1)  # the last key each query sees
-            if CAUSAL:
-                last_key = gl.minimum(queries + offset, seq_k - 1)
-            last_key = gl.where(queries < seq_q, last_key, -1)  # a query past the end sees none
-            p_t = gl.where(keys[:, None] <= last_key[None, :], p_t, 0.0)
-        p_operand = gl.convert_layout(p_t.to(dtype), operand_layout)
-        dv = warpgroup_mma(p_operand, do, dv, is_async=True)
-        dp_t = warpgroup_mma_wait(1, deps=[dp_t])
-        if ROWS_IN_ACCUMULATORS:
-            ds_t = (p_t * dp_t).to(dtype)
-        else:
-            ds_t = (p_t * (dp_t - delta[None, :])).to(dtype)
-        # dSᵀ goes to shared memory for dQ (both warpgroups' halves are needed) and feeds dK += dSᵀ Q from registers.
-        buffer = i % 2
-        ds_smem.index(buffer).slice(WARPGROUP * KEYS_PER_WARPGROUP, KEYS_PER_WARPGROUP).store(ds_t)
-        fence_async_shared()
-        _thread_barrier()  # every thread's share is written before the warpgroup says so
-        mbarrier.arrive(ds_ready.index(buffer), count=1)
-        ds_operand = gl.convert_layout(ds_t, operand_layout)
-        dk = warpgroup_mma(ds_operand, q, dk, is_async=True)
-        # dQ's share, dS K over the program's 128 keys.
-        mbarrier.wait(ds_ready.index(buffer), (i // 2) & 1)
-        if by_turns:  # step 10: every column, on every other block
-            if i % 2 == WARPGROUP:
-                dq = warpgroup_mma(ds_smem.index(buffer).permute((1, 0)), k_dq_smem.index(0),
+    for h in range(group):  # every query head that reads this K/V head: dK and dV sum over them
+        row0 = (first_head + h) * seq_q  # first row of this query head
+        for b in range(blocks):
+            i = h * blocks + b  # blocks so far: the ring slot, the barrier phase, the dS buffer
+            start_m = lo + b * block_m
+            slot = i % stages
+            phase = (i // stages) & 1
+            # Start Sᵀ = K Qᵀ and dPᵀ = V dOᵀ on the tensor cores; load this block's logsumexp and D meanwhile. Step 12
+            # (head dim 128) starts the two products from -L₂/qk_scale and -D instead of zero, so that no row of the
+            # logsumexp or D stays in registers; those loads must come first. Step 13 reads both rows from the ring slot
+            # where the copy warp put them beside Q and dO, instead of loading them from global memory.
+            queries = start_m + gl.arange(0, block_m, row_layout)
+            s_start = gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout)
+            dp_start = gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout)
+            if ROWS_IN_ACCUMULATORS and not ROWS_IN_SHARED:
+                s_start -= (_rows_of(lse2_src, row0, queries, seq_q, WHOLE) / qk_scale)[None, :]
+            mbarrier.wait(q_ready.index(slot), phase)
+            if ROWS_IN_ACCUMULATORS and ROWS_IN_SHARED:
+                s_start -= (lse2_smem.index(slot).load(row_layout) / qk_scale)[None, :]
+            q = q_smem.index(slot)
+            s_t = warpgroup_mma(k_first, q.permute((1, 0)), s_start, use_acc=ROWS_IN_ACCUMULATORS, is_async=True)
+            if ROWS_IN_ACCUMULATORS and not ROWS_IN_SHARED:
+                dp_start -= _rows_of(delta_src, row0, queries, seq_q, WHOLE)[None, :]
+            mbarrier.wait(do_ready.index(slot), phase)
+            if ROWS_IN_ACCUMULATORS and ROWS_IN_SHARED:
+                dp_start -= delta_smem.index(slot).load(row_layout)[None, :]
+            do = do_smem.index(slot)
+            dp_t = warpgroup_mma(v_first, do.permute((1, 0)), dp_start, use_acc=ROWS_IN_ACCUMULATORS, is_async=True)
+            if not ROWS_IN_ACCUMULATORS and ROWS_IN_SHARED:
+                lse2 = lse2_smem.index(slot).load(row_layout)
+                delta = delta_smem.index(slot).load(row_layout)
+            if not ROWS_IN_ACCUMULATORS and not ROWS_IN_SHARED:
+                lse2 = _rows_of(lse2_src, row0, queries, seq_q, WHOLE)
+                delta = _rows_of(delta_src, row0, queries, seq_q, WHOLE)
+            # Pᵀ rebuilt from the logsumexp; dV += Pᵀ dO starts while dPᵀ may still be running.
+            s_t = warpgroup_mma_wait(1, deps=[s_t])
+            if ROWS_IN_ACCUMULATORS:
+                p_t = gl.exp2(s_t * qk_scale)
+            else:
+                p_t = gl.exp2(s_t * qk_scale - lse2[None, :])
+            # The mask: with CAUSAL a block on the diagonal, where keys after a query's position plus the offset get
+            # P = 0; unless WHOLE, also a partial last block of queries or of keys (their rows are the next head's).
+            on_diagonal = CAUSAL and start_m + offset < start_n + 2 * KEYS_PER_WARPGROUP
+            if WHOLE:
+                if on_diagonal:
+                    p_t = gl.where(queries[None, :] >= first_query[:, None], p_t, 0.0)
+            else:
+                partial = (start_m + block_m > seq_q) or (start_n + 2 * KEYS_PER_WARPGROUP > seq_k)
+                if partial or on_diagonal:
+                    last_key = queries * 0 + (seq_k - 1)  # the last key each query sees
+                    if CAUSAL:
+                        last_key = gl.minimum(queries + offset, seq_k - 1)
+                    last_key = gl.where(queries < seq_q, last_key, -1)  # a query past the end sees none
+                    p_t = gl.where(keys[:, None] <= last_key[None, :], p_t, 0.0)
+            p_operand = gl.convert_layout(p_t.to(dtype), operand_layout)
+            dv = warpgroup_mma(p_operand, do, dv, is_async=True)
+            dp_t = warpgroup_mma_wait(1, deps=[dp_t])
+            if ROWS_IN_ACCUMULATORS:
+                ds_t = (p_t * dp_t).to(dtype)
+            else:
+                ds_t = (p_t * (dp_t - delta[None, :])).to(dtype)
+            # dSᵀ goes to shared memory for dQ (both warpgroups' halves are needed) and feeds dK += dSᵀ Q from
+            # registers.
+            buffer = i % 2
+            ds_smem.index(buffer).slice(WARPGROUP * KEYS_PER_WARPGROUP, KEYS_PER_WARPGROUP).store(ds_t)
+            fence_async_shared()
+            _thread_barrier()  # every thread's share is written before the warpgroup says so
+            mbarrier.arrive(ds_ready.index(buffer), count=1)
+            ds_operand = gl.convert_layout(ds_t, operand_layout)
+            dk = warpgroup_mma(ds_operand, q, dk, is_async=True)
+            # dQ's share, dS K over the program's 128 keys.
+            mbarrier.wait(ds_ready.index(buffer), (i // 2) & 1)
+            if by_turns:  # step 10: every column, on every other block
+                if i % 2 == WARPGROUP:
+                    dq = warpgroup_mma(ds_smem.index(buffer).permute((1, 0)), k_dq_smem.index(0),
+                                       gl.zeros([block_m, dq_cols], gl.float32, dq_layout), use_acc=False,
+                                       is_async=True)
+                    dq = warpgroup_mma_wait(0, deps=[dq])
+                    _add_to_dq(dq_desc, dq_buffer, dq, row0 + start_m, 0)
+                dv, dk, p_operand, ds_operand = warpgroup_mma_wait(0, deps=[dv, dk, p_operand, ds_operand])
+                mbarrier.arrive(q_free.index(slot), count=1)
+                mbarrier.arrive(do_free.index(slot), count=1)
+            else:  # this warpgroup's half of the columns, on every block
+                dq = warpgroup_mma(ds_smem.index(buffer).permute((1, 0)), k_dq_smem.index(WARPGROUP),
                                    gl.zeros([block_m, dq_cols], gl.float32, dq_layout), use_acc=False, is_async=True)
-                dq = warpgroup_mma_wait(0, deps=[dq])
-                _add_to_dq(dq_desc, dq_buffer, dq, row0 + start_m, 0)
-            dv, dk, p_operand, ds_operand = warpgroup_mma_wait(0, deps=[dv, dk, p_operand, ds_operand])
-            mbarrier.arrive(q_free.index(slot), count=1)
-            mbarrier.arrive(do_free.index(slot), count=1)
-        else:  # this warpgroup's half of the columns, on every block
-            dq = warpgroup_mma(ds_smem.index(buffer).permute((1, 0)), k_dq_smem.index(WARPGROUP),
-                               gl.zeros([block_m, dq_cols], gl.float32, dq_layout), use_acc=False, is_async=True)
-            dv, dk, dq, p_operand, ds_operand = warpgroup_mma_wait(0, deps=[dv, dk, dq, p_operand, ds_operand])
-            mbarrier.arrive(q_free.index(slot), count=1)
-            mbarrier.arrive(do_free.index(slot), count=1)
-            _add_to_dq(dq_desc, dq_buffer, dq, row0 + start_m, WARPGROUP * dq_cols)
+                dv, dk, dq, p_operand, ds_operand = warpgroup_mma_wait(0, deps=[dv, dk, dq, p_operand, ds_operand])
+                mbarrier.arrive(q_free.index(slot), count=1)
+                mbarrier.arrive(do_free.index(slot), count=1)
+                _add_to_dq(dq_desc, dq_buffer, dq, row0 + start_m, WARPGROUP * dq_cols)
     first_key = start_n + WARPGROUP * KEYS_PER_WARPGROUP
-    if first_key + KEYS_PER_WARPGROUP <= seq_k:
-        # dK and dV leave through the K and V buffers, which only this warpgroup reads.
-        k.store((dk * sm_scale).to(dtype))
-        v.store(dv.to(dtype))
-        fence_async_shared()
-        _tma_store(dk_desc, [kv_row0 + first_key, 0], k)
-        _tma_store(dv_desc, [kv_row0 + first_key, 0], v)
+    if WHOLE:
+        _store_dk_dv(dk_desc, dv_desc, k, v, dk * sm_scale, dv, kv_row0 + first_key)
+    elif first_key + KEYS_PER_WARPGROUP <= seq_k:
+        _store_dk_dv(dk_desc, dv_desc, k, v, dk * sm_scale, dv, kv_row0 + first_key)
     else:  # a partial last block of keys: a TMA store would write the next head's rows, so store only ours
         rows = gl.arange(0, KEYS_PER_WARPGROUP, gl.SliceLayout(1, kv_layout))
         cols = gl.arange(0, head_dim, gl.SliceLayout(0, kv_layout))
@@ -317,7 +345,7 @@ def _second_warpgroup(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm
 @gluon.jit
 def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr,
                        lse2_src, delta_src, qk_scale, sm_scale, seq_q, seq_k, offset, heads, group,
-                       CAUSAL: gl.constexpr,
+                       CAUSAL: gl.constexpr, WHOLE: gl.constexpr,
                        STAGES: gl.constexpr,
                        WORKER_REGS: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr,
                        ROWS_IN_ACCUMULATORS: gl.constexpr, ROWS_IN_SHARED: gl.constexpr):
@@ -350,7 +378,7 @@ def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_d
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)  # both halves of dSᵀ written
     descs = (q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr)
-    dims = (seq_q, heads, group, seq_k, offset)
+    dims = (seq_q, heads, group, seq_k, offset, WHOLE)
     lse2_smem = gl.allocate_shared_memory(gl.float32, [STAGES, block_m], ROWS_LAYOUT)
     delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, block_m], ROWS_LAYOUT)
     smem = (q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem, lse2_smem, delta_smem)
@@ -443,6 +471,9 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     # The copy engine reads a block of fp32 rows from a 16-byte aligned address only: a head's rows start at
     # multiples of 4 when the query length is one. Otherwise the computing warps load them (steps 9 to 12).
     rows_in_shared = rows_in_shared and seq % 4 == 0
+    # WHOLE: every block of queries and of keys is whole and every query sees a key, so the kernel compiles without
+    # the bounds masks and partial stores (the code of chapter 11's grid, equal lengths that are multiples of 128).
+    whole = seq % BLOCK_M == 0 and n_k % keys == 0 and offset >= 0
     if rows_in_shared:
         row_sources = [TensorDescriptor(t, [rows], [1], [BLOCK_M], ROWS_LAYOUT.value) for t in row_sources]
     _hopper_bwd_kernel[grid](
@@ -451,7 +482,7 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
         descriptor(dq_acc, BLOCK_M, dq_cols), descriptor(dk, keys // 2, head_dim),
         descriptor(dv, keys // 2, head_dim), dk, dv, *row_sources, sm_scale * triton_backward.LOG2_E, sm_scale, seq,
         n_k, offset, heads, heads // kv_heads,
-        CAUSAL=bool(causal), STAGES=STAGES[head_dim], WORKER_REGS=REGISTERS[1],
+        CAUSAL=bool(causal), WHOLE=whole, STAGES=STAGES[head_dim], WORKER_REGS=REGISTERS[1],
         KV_IN_REGISTERS=kv_in_registers and room, HEADS_PER_GROUP=at_a_time,
         ROWS_IN_ACCUMULATORS=rows_in_accumulators and ROWS_IN_ACCUMULATORS_AT[head_dim],
         ROWS_IN_SHARED=rows_in_shared, num_warps=4,

@@ -69,11 +69,12 @@ def _item(schedule, first, k, dims, block_m: gl.constexpr, block_n: gl.constexpr
     """This program's k-th work item: its first Q row in the 2-D view of q and in its sequence, its first K/V row
     in the 2-D view of k and v, and its number of K/V tiles.
 
-    dims = (queries, query heads, query heads per K/V head, keys, causal offset): query head h reads K/V head
-    h // group, and with CAUSAL query i sees keys up to i + offset (0 top-left, keys - queries bottom-right).
+    dims = (queries, query heads, query heads per K/V head, keys, causal offset, WHOLE): query head h reads K/V
+    head h // group, and with CAUSAL query i sees keys up to i + offset (0 top-left, keys - queries bottom-right).
+    WHOLE (a constexpr): every tile whole and every query sees a key; the kernel then compiles without bounds.
     Which items a program takes, and in which order, is decided on the host (kernels/hopper_schedule.py).
     """
-    seq_q, heads, group, seq_k, offset = dims
+    seq_q, heads, group, seq_k, offset, WHOLE = dims
     blocks = gl.cdiv(seq_q, block_m)
     item = gl.load(schedule + first + k)
     head = item // blocks  # batch * heads + query head
@@ -166,16 +167,24 @@ def _exp2(x, ON_FMA: gl.constexpr):
 # --8<-- [start:softmax]
 @gluon.jit
 def _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, seq_k, offset, CAUSAL: gl.constexpr,
-                  EXP2_ON_FMA: gl.constexpr):
+                  EXP2_ON_FMA: gl.constexpr, WHOLE: gl.constexpr):
     """Fold one tile of raw scores into the running max m_i and sum l_i (base 2); return p and alpha.
 
     Masked: keys past seq_k (a partial last tile, whose rows the copy read from the next head), and with CAUSAL
     keys after a row's query position plus offset. A row that has seen no key yet keeps the max -inf; its
-    exponentials subtract 0 instead, so they are 0, not NaN."""
+    exponentials subtract 0 instead, so they are 0, not NaN. WHOLE: no key past the end, and every row sees key 0,
+    so only the diagonal is masked and no row keeps the max -inf."""
     block_n: gl.constexpr = s.shape[1]
-    past_end = (j + 1) * block_n > seq_k
     on_diagonal = CAUSAL and (j + 1) * block_n > first_row + offset + 1  # a key of this tile follows a query
-    if past_end or on_diagonal:
+    if WHOLE:
+        if on_diagonal:
+            rows = first_row + offset + gl.arange(0, s.shape[0], gl.SliceLayout(1, s.type.layout))
+            keys = j * block_n + gl.arange(0, block_n, gl.SliceLayout(0, s.type.layout))
+            s = gl.where(keys[None, :] <= rows[:, None], s, -float("inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        m_use = m_new
+        p = _exp2(gl.fma(s, qk_scale, -m_use[:, None]), EXP2_ON_FMA)
+    elif (j + 1) * block_n > seq_k or on_diagonal:
         rows = first_row + gl.arange(0, s.shape[0], gl.SliceLayout(1, s.type.layout))
         keys = j * block_n + gl.arange(0, block_n, gl.SliceLayout(0, s.type.layout))
         last_key = rows * 0 + (seq_k - 1)  # the last key a row may see
@@ -197,6 +206,16 @@ def _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, seq_k, offset, CAUSAL: gl
 
 
 # --8<-- [start:compute]
+@gluon.jit
+def _store_out(o_desc, o, out, q_row):
+    """The output leaves through its own buffer by TMA, while the warpgroup moves on to the next item; only the
+    buffer's previous store has to be finished first."""
+    tma.store_wait(0)
+    o.store(out.to(o.dtype))
+    fence_async_shared()
+    _tma_store(o_desc, [q_row, 0], o)
+
+
 @gluon.jit
 def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
                        CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
@@ -222,6 +241,7 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
     block_m: gl.constexpr = q_smem.shape[0] * ROWS_PER_WARPGROUP
     tile = 0  # K/V tiles used so far, over all items, as in the copying warp
     first, n_items = _items_of_this_program(schedule)
+    WHOLE: gl.constexpr = dims[5]
     for k in range(n_items):
         q_row, first_row, kv_row0, n_tiles = _item(schedule, first, k, dims, block_m, block_n, CAUSAL)
         q_row += WARPGROUP * ROWS_PER_WARPGROUP
@@ -236,15 +256,16 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
         mbarrier.wait(q_ready, k & 1)
         if n_mine == 0:
             mbarrier.arrive(q_free, count=1)
-            if first_row < dims[0]:  # rows that see no key (more queries than keys, bottom-right): 0 and -inf
-                rows = gl.arange(0, ROWS_PER_WARPGROUP, o_rows)
-                cols = gl.arange(0, head_dim, gl.SliceLayout(0, o_layout))
-                ours = (first_row + rows)[:, None] + cols[None, :] * 0 < dims[0]
-                gl.store(o_ptr + (q_row + rows)[:, None] * head_dim + cols[None, :],
-                         gl.zeros([ROWS_PER_WARPGROUP, head_dim], dtype, o_layout), mask=ours)
-                if STORE_LSE:
-                    rows = gl.arange(0, ROWS_PER_WARPGROUP, gl.SliceLayout(1, s_layout))
-                    gl.store(lse_ptr + q_row + rows, rows * 0.0 - float("inf"), mask=first_row + rows < dims[0])
+            if not WHOLE:
+                if first_row < dims[0]:  # rows that see no key (more queries than keys, bottom-right): 0, -inf
+                    rows = gl.arange(0, ROWS_PER_WARPGROUP, o_rows)
+                    cols = gl.arange(0, head_dim, gl.SliceLayout(0, o_layout))
+                    ours = (first_row + rows)[:, None] + cols[None, :] * 0 < dims[0]
+                    gl.store(o_ptr + (q_row + rows)[:, None] * head_dim + cols[None, :],
+                             gl.zeros([ROWS_PER_WARPGROUP, head_dim], dtype, o_layout), mask=ours)
+                    if STORE_LSE:
+                        rows = gl.arange(0, ROWS_PER_WARPGROUP, gl.SliceLayout(1, s_layout))
+                        gl.store(lse_ptr + q_row + rows, rows * 0.0 - float("inf"), mask=first_row + rows < dims[0])
         else:
             # Tile 0 on its own: its scores, then its softmax (nothing to overlap with yet).
             mbarrier.wait(k_ready.index(tile % stages), (tile // stages) & 1)
@@ -257,7 +278,7 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
             m_i = gl.full([ROWS_PER_WARPGROUP], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
             l_i = gl.zeros([ROWS_PER_WARPGROUP], gl.float32, gl.SliceLayout(1, s_layout))
             p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, first_row, dims[3], dims[4], CAUSAL,
-                                               EXP2_ON_FMA)
+                                               EXP2_ON_FMA, WHOLE)
             p = gl.convert_layout(p.to(dtype), p_layout)
             acc = gl.zeros([ROWS_PER_WARPGROUP, head_dim], gl.float32, o_layout)
 
@@ -280,7 +301,7 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
                 if j == n_mine - 1:
                     mbarrier.arrive(q_free, count=1)
                 p_next, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, dims[3], dims[4], CAUSAL,
-                                                        EXP2_ON_FMA)
+                                                        EXP2_ON_FMA, WHOLE)
                 p_next = gl.convert_layout(p_next.to(dtype), p_layout)  # 16-bit: half the registers to carry
                 # Now the product must be done: free V_{j-1}, then rescale O to the new running max.
                 acc, p = warpgroup_mma_wait(0, deps=[acc, p])
@@ -294,16 +315,16 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
             acc = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
             acc, p = warpgroup_mma_wait(0, deps=[acc, p])
             mbarrier.arrive(v_free.index(last), count=1)
-            l_safe = gl.where(l_i == 0.0, 1.0, l_i)  # a row that saw no key: output 0, logsumexp -inf
+            if WHOLE:
+                l_safe = l_i
+            else:
+                l_safe = gl.where(l_i == 0.0, 1.0, l_i)  # a row that saw no key: output 0, logsumexp -inf
             out = acc / gl.convert_layout(l_safe, o_rows)[:, None]
 
-            if first_row + ROWS_PER_WARPGROUP <= dims[0]:
-                # The output leaves through its own buffer by TMA, while this warpgroup moves on to the next
-                # item; only the buffer's previous store has to be finished first.
-                tma.store_wait(0)
-                o.store(out.to(dtype))
-                fence_async_shared()
-                _tma_store(o_desc, [q_row, 0], o)
+            if WHOLE:
+                _store_out(o_desc, o, out, q_row)
+            elif first_row + ROWS_PER_WARPGROUP <= dims[0]:
+                _store_out(o_desc, o, out, q_row)
             else:  # rows past the end: a TMA store would write the next head's rows, so store only ours
                 rows = gl.arange(0, ROWS_PER_WARPGROUP, o_rows)
                 cols = gl.arange(0, head_dim, gl.SliceLayout(0, o_layout))
@@ -311,8 +332,11 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
                 gl.store(o_ptr + (q_row + rows)[:, None] * head_dim + cols[None, :], out.to(dtype), mask=ours)
             if STORE_LSE:  # natural-log logsumexp per row, for a backward pass
                 rows = gl.arange(0, ROWS_PER_WARPGROUP, gl.SliceLayout(1, s_layout))
-                lse = gl.where(l_i == 0.0, -float("inf"), (m_i + gl.log2(l_safe)) / 1.4426950408889634)
-                gl.store(lse_ptr + q_row + rows, lse, mask=first_row + rows < dims[0])
+                if WHOLE:
+                    gl.store(lse_ptr + q_row + rows, (m_i + gl.log2(l_i)) / 1.4426950408889634)
+                else:
+                    lse = gl.where(l_i == 0.0, -float("inf"), (m_i + gl.log2(l_safe)) / 1.4426950408889634)
+                    gl.store(lse_ptr + q_row + rows, lse, mask=first_row + rows < dims[0])
         for j in range(n_mine, n_tiles):  # tiles the other warpgroups need: free them at once
             mbarrier.wait(k_ready.index((tile + j) % stages), ((tile + j) // stages) & 1)
             mbarrier.arrive(k_free.index((tile + j) % stages), count=1)
@@ -344,7 +368,7 @@ def _third_warpgroup(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WARPG
 @gluon.jit
 def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, qk_scale, seq_q, seq_k, offset, heads, group,
                        schedule,
-                       CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, STAGES: gl.constexpr,
+                       CAUSAL: gl.constexpr, WHOLE: gl.constexpr, STORE_LSE: gl.constexpr, STAGES: gl.constexpr,
                        PINGPONG: gl.constexpr, EXP2_ON_FMA: gl.constexpr,
                        WARPGROUPS: gl.constexpr, WORKER_REGS: gl.constexpr):
     # Shared memory: the two Q halves, the two output halves, and a ring of STAGES slots for K and for V.
@@ -373,7 +397,7 @@ def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, qk_scale,
         mbarrier.arrive(turn.index(0), count=1)
 
     descs = (q_desc, k_desc, v_desc, o_desc, o_ptr)
-    dims = (seq_q, heads, group, seq_k, offset)
+    dims = (seq_q, heads, group, seq_k, offset, WHOLE)
     smem = (q_smem, k_smem, v_smem, o_smem)
     bars = (q_ready, q_free, k_ready, k_free, v_ready, v_free, turn)
     if WARPGROUPS == 2:
@@ -454,6 +478,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if warpgroups not in REGISTERS or (warpgroups == 3 and (head_dim != 64 or pingpong)):
         raise ValueError(f"warpgroups must be 2, or 3 at head dim 64 without pingpong; got {warpgroups!r} at "
                          f"head dim {head_dim}")
+    # WHOLE: every warpgroup's 64 rows and every K/V tile whole, and every query sees a key: the kernel compiles
+    # without bounds masks or partial stores (the code of chapter 9's grid, equal lengths that are multiples of 128).
+    whole = seq % ROWS_PER_WARPGROUP.value == 0 and keys % BLOCK_N == 0 and offset >= 0
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty((batch, heads, seq), device=q.device, dtype=torch.float32) if return_lse else out
 
@@ -469,7 +496,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         descriptor(q, ROWS_PER_WARPGROUP.value), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N),
         descriptor(out, ROWS_PER_WARPGROUP.value), out, lse, sm_scale * LOG2_E, seq, keys, offset, heads,
         heads // k.shape[1], table,
-        CAUSAL=bool(causal), STORE_LSE=return_lse, STAGES=STAGES, PINGPONG=pingpong,
+        CAUSAL=bool(causal), WHOLE=whole, STORE_LSE=return_lse, STAGES=STAGES, PINGPONG=pingpong,
         EXP2_ON_FMA=exp2_on_fma, WARPGROUPS=warpgroups, WORKER_REGS=REGISTERS[warpgroups][1],
         num_warps=4, maxnreg=REGISTERS[warpgroups][0],
     )
