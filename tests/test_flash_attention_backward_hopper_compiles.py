@@ -42,7 +42,8 @@ def compile_for_hopper(head_dim: int, causal: bool, whole: bool = True) -> dict:
                  "STAGES": "constexpr",
                  "WORKER_REGS": "constexpr", "KV_IN_REGISTERS": "constexpr", "HEADS_PER_GROUP": "constexpr",
                  "ROWS_IN_ACCUMULATORS": "constexpr", "ROWS_IN_SHARED": "constexpr"}
-    constants = {"CAUSAL": causal, "WHOLE": whole, "STAGES": hopper.STAGES[head_dim], "WORKER_REGS": hopper.REGISTERS[1],
+    constants = {"CAUSAL": causal, "WHOLE": whole, "STAGES": hopper.STAGES[head_dim],
+                 "WORKER_REGS": hopper.REGISTERS[1],
                  "KV_IN_REGISTERS": room, "HEADS_PER_GROUP": hopper.HEADS_AT_A_TIME if causal else 0,
                  "ROWS_IN_ACCUMULATORS": hopper.ROWS_IN_ACCUMULATORS_AT[head_dim], "ROWS_IN_SHARED": True}
     source = GluonASTSource(fn=hopper._hopper_bwd_kernel, signature=signature, constexprs=constants)
