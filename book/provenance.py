@@ -52,9 +52,10 @@ def _driver_version() -> str:
 
 
 def _clocks() -> dict:
-    """The GPU's clocks in MHz as the run starts (SM and memory, now and their maximum), from nvidia-smi; {} when
-    it cannot say. A run at lowered clocks reads slower than the same code at full clocks."""
-    fields = ["clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem"]
+    """The GPU's clocks in MHz from nvidia-smi ({} when it cannot say): the application clocks work runs at unless
+    they are locked otherwise, and the maximum, for the SM and the memory. A GPU set below its maximum reads slower
+    than the same code at full clocks. (Not the current clock: read when the results are written, the GPU is idle.)"""
+    fields = ["clocks.applications.graphics", "clocks.max.sm", "clocks.applications.memory", "clocks.max.mem"]
     try:
         out = subprocess.run(
             ["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
@@ -63,7 +64,8 @@ def _clocks() -> dict:
         values = [int(v) for v in out.strip().splitlines()[0].split(",")]
     except (OSError, subprocess.SubprocessError, IndexError, ValueError):
         return {}
-    return dict(zip(["sm_mhz", "max_sm_mhz", "memory_mhz", "max_memory_mhz"], values, strict=True))
+    names = ["application_sm_mhz", "max_sm_mhz", "application_memory_mhz", "max_memory_mhz"]
+    return dict(zip(names, values, strict=True))
 
 
 def collect(sources: list[str]) -> dict:

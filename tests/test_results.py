@@ -66,7 +66,8 @@ def test_write_puts_the_file_under_the_gpu_folder(tmp_path):
 
 
 def test_provenance_records_cudnn_and_clocks(monkeypatch):
-    """A run records the clocks nvidia-smi reports, and an empty dict when it cannot say; both pass the schema."""
+    """A run records the application and maximum clocks nvidia-smi reports, and an empty dict when it cannot say;
+    both pass the schema."""
     import subprocess
 
     from book import provenance
@@ -75,7 +76,8 @@ def test_provenance_records_cudnn_and_clocks(monkeypatch):
         return subprocess.CompletedProcess(args, 0, stdout="1980, 1980, 3201, 3201\n")
 
     monkeypatch.setattr(provenance.subprocess, "run", smi)
-    assert provenance._clocks() == {"sm_mhz": 1980, "max_sm_mhz": 1980, "memory_mhz": 3201, "max_memory_mhz": 3201}
+    assert provenance._clocks() == {"application_sm_mhz": 1980, "max_sm_mhz": 1980, "application_memory_mhz": 3201,
+                                    "max_memory_mhz": 3201}
     result = _valid_result()
     result["provenance"] |= {"cudnn": "91002", "clocks": provenance._clocks()}
     results.validate(result)
