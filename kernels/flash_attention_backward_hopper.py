@@ -78,11 +78,11 @@ def _program_tile(dims, HEADS_PER_GROUP: gl.constexpr):
     """This program's first key, the first row of its (batch, K/V head) in the 2-D views of k and v, and the
     first of the query heads that read that K/V head (in batch x query heads).
 
-    dims = (queries, query heads, query heads per K/V head, keys, causal offset, WHOLE). HEADS_PER_GROUP = 0:
+    dims = (queries, query heads, query heads per K/V head, keys, causal offset). HEADS_PER_GROUP = 0:
     grid (key blocks, K/V heads), every key block of a head before the next head. Otherwise (step 11) grid
     (HEADS_PER_GROUP, key blocks x groups of heads): the first key block of each head of a group, then the second,
     ..., so the longest causal loops start first, a few heads at a time."""
-    seq_q, heads, group, seq_k, offset, WHOLE = dims
+    seq_q, heads, group, seq_k, offset = dims
     if HEADS_PER_GROUP == 0:
         block = gl.program_id(0)
         kv_head = gl.program_id(1)
@@ -99,7 +99,7 @@ def _program_tile(dims, HEADS_PER_GROUP: gl.constexpr):
 def _query_blocks(start_n, dims, block_m: gl.constexpr, CAUSAL: gl.constexpr):
     """The first query of the Q blocks that see any of the keys from start_n, and how many blocks there are per
     query head: with CAUSAL, queries before start_n - offset see none of them."""
-    seq_q, heads, group, seq_k, offset, WHOLE = dims
+    seq_q, heads, group, seq_k, offset = dims
     lo = 0
     if CAUSAL:
         lo = gl.maximum(start_n - offset, 0) // block_m * block_m
@@ -111,7 +111,7 @@ def _query_blocks(start_n, dims, block_m: gl.constexpr, CAUSAL: gl.constexpr):
 @gluon.jit
 def _load_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
                     CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr,
-                    ROWS_IN_ACCUMULATORS: gl.constexpr, ROWS_IN_SHARED: gl.constexpr):
+                    ROWS_IN_ACCUMULATORS: gl.constexpr, ROWS_IN_SHARED: gl.constexpr, WHOLE: gl.constexpr):
     """One warp: K and V once (and K again, for dQ, in column parts), then the Q and dO blocks into the ring (and,
     step 13, each block's logsumexp and D with them, under the same barriers)."""
     q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr = descs
@@ -122,7 +122,7 @@ def _load_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_s
     parts: gl.constexpr = k_dq_smem.shape[0]  # two column halves, or (step 10) one part with every column
     dq_cols: gl.constexpr = k_dq_smem.shape[2]
     start_n, kv_row0, first_head = _program_tile(dims, HEADS_PER_GROUP)
-    seq_q, heads, group, seq_k, offset, WHOLE = dims
+    seq_q, heads, group, seq_k, offset = dims
     mbarrier.expect(kv_ready, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes)
                     + parts * k_dq_desc.block_type.nbytes)
     for w in gl.static_range(2):
@@ -187,7 +187,8 @@ def _store_dk_dv(dk_desc, dv_desc, k, v, dk, dv, row):
 @gluon.jit
 def _compute_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_scale,
                        WARPGROUP: gl.constexpr, CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr,
-                       HEADS_PER_GROUP: gl.constexpr, ROWS_IN_ACCUMULATORS: gl.constexpr, ROWS_IN_SHARED: gl.constexpr):
+                       HEADS_PER_GROUP: gl.constexpr, ROWS_IN_ACCUMULATORS: gl.constexpr, ROWS_IN_SHARED: gl.constexpr,
+                       WHOLE: gl.constexpr):
     """One warpgroup: 64 keys' dK and dV over every Q block, and its part of each block's dQ share."""
     q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr = descs
     q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem, lse2_smem, delta_smem = smem
@@ -209,7 +210,7 @@ def _compute_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, s
     operand_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
     row_layout: gl.constexpr = gl.SliceLayout(0, st_layout)  # one value per query, shared by the keys
     start_n, kv_row0, first_head = _program_tile(dims, HEADS_PER_GROUP)
-    seq_q, heads, group, seq_k, offset, WHOLE = dims
+    seq_q, heads, group, seq_k, offset = dims
     lo, blocks = _query_blocks(start_n, dims, block_m, CAUSAL)
     keys = start_n + WARPGROUP * KEYS_PER_WARPGROUP + gl.arange(0, KEYS_PER_WARPGROUP,
                                                                  gl.SliceLayout(1, st_layout))
@@ -334,10 +335,10 @@ def _compute_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, s
 @gluon.jit
 def _second_warpgroup(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_scale, WARPGROUP: gl.constexpr,
                       CAUSAL: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr,
-                      ROWS_IN_ACCUMULATORS: gl.constexpr, ROWS_IN_SHARED: gl.constexpr):
+                      ROWS_IN_ACCUMULATORS: gl.constexpr, ROWS_IN_SHARED: gl.constexpr, WHOLE: gl.constexpr):
     """Worker partitions share one signature; this one runs the compute role for the program's second 64 keys."""
     _compute_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_scale, 1, CAUSAL, KV_IN_REGISTERS,
-                       HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS, ROWS_IN_SHARED)
+                       HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS, ROWS_IN_SHARED, WHOLE)
 # --8<-- [end:compute]
 
 
@@ -378,7 +379,7 @@ def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_d
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)  # both halves of dSᵀ written
     descs = (q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr)
-    dims = (seq_q, heads, group, seq_k, offset, WHOLE)
+    dims = (seq_q, heads, group, seq_k, offset)
     lse2_smem = gl.allocate_shared_memory(gl.float32, [STAGES, block_m], ROWS_LAYOUT)
     delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, block_m], ROWS_LAYOUT)
     smem = (q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem, lse2_smem, delta_smem)
@@ -386,11 +387,11 @@ def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_d
     gl.warp_specialize([
         # The kernel's own 4 warps compute for the first 64 keys, 4 more for the second 64, 1 warp copies.
         (_compute_partition, (descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_scale, 0, CAUSAL,
-                              KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS, ROWS_IN_SHARED)),
+                              KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS, ROWS_IN_SHARED, WHOLE)),
         (_second_warpgroup, (descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_scale, 1, CAUSAL,
-                             KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS, ROWS_IN_SHARED)),
+                             KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS, ROWS_IN_SHARED, WHOLE)),
         (_load_partition, (descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_scale, 0, CAUSAL,
-                           KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS, ROWS_IN_SHARED)),
+                           KV_IN_REGISTERS, HEADS_PER_GROUP, ROWS_IN_ACCUMULATORS, ROWS_IN_SHARED, WHOLE)),
     ], [4, 1], [WORKER_REGS, 24])
 # --8<-- [end:kernel]
 

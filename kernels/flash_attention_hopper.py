@@ -69,12 +69,11 @@ def _item(schedule, first, k, dims, block_m: gl.constexpr, block_n: gl.constexpr
     """This program's k-th work item: its first Q row in the 2-D view of q and in its sequence, its first K/V row
     in the 2-D view of k and v, and its number of K/V tiles.
 
-    dims = (queries, query heads, query heads per K/V head, keys, causal offset, WHOLE): query head h reads K/V
-    head h // group, and with CAUSAL query i sees keys up to i + offset (0 top-left, keys - queries bottom-right).
-    WHOLE (a constexpr): every tile whole and every query sees a key; the kernel then compiles without bounds.
+    dims = (queries, query heads, query heads per K/V head, keys, causal offset): query head h reads K/V head
+    h // group, and with CAUSAL query i sees keys up to i + offset (0 top-left, keys - queries bottom-right).
     Which items a program takes, and in which order, is decided on the host (kernels/hopper_schedule.py).
     """
-    seq_q, heads, group, seq_k, offset, WHOLE = dims
+    seq_q, heads, group, seq_k, offset = dims
     blocks = gl.cdiv(seq_q, block_m)
     item = gl.load(schedule + first + k)
     head = item // blocks  # batch * heads + query head
@@ -92,7 +91,7 @@ def _item(schedule, first, k, dims, block_m: gl.constexpr, block_n: gl.constexpr
 @gluon.jit
 def _load_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
                     CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
-                    EXP2_ON_FMA: gl.constexpr):
+                    EXP2_ON_FMA: gl.constexpr, WHOLE: gl.constexpr):
     """One warp: per item, both Q halves once its Q buffer is free, then K_j and V_j into the ring."""
     q_desc, k_desc, v_desc, o_desc, o_ptr = descs
     q_smem, k_smem, v_smem, o_smem = smem
@@ -219,7 +218,7 @@ def _store_out(o_desc, o, out, q_row):
 @gluon.jit
 def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
                        CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
-                       EXP2_ON_FMA: gl.constexpr):
+                       EXP2_ON_FMA: gl.constexpr, WHOLE: gl.constexpr):
     """One warpgroup: per item, 64 query rows against its K/V tiles, the next scores overlapping this softmax."""
     q_desc, k_desc, v_desc, o_desc, o_ptr = descs
     q_smem, k_smem, v_smem, o_smem = smem
@@ -241,7 +240,6 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
     block_m: gl.constexpr = q_smem.shape[0] * ROWS_PER_WARPGROUP
     tile = 0  # K/V tiles used so far, over all items, as in the copying warp
     first, n_items = _items_of_this_program(schedule)
-    WHOLE: gl.constexpr = dims[5]
     for k in range(n_items):
         q_row, first_row, kv_row0, n_tiles = _item(schedule, first, k, dims, block_m, block_n, CAUSAL)
         q_row += WARPGROUP * ROWS_PER_WARPGROUP
@@ -349,18 +347,18 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
 @gluon.jit
 def _second_warpgroup(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
                       CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
-                      EXP2_ON_FMA: gl.constexpr):
+                      EXP2_ON_FMA: gl.constexpr, WHOLE: gl.constexpr):
     """Worker partitions share one signature; this one runs the compute role for the second 64 rows."""
     _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE, PINGPONG,
-                       EXP2_ON_FMA)
+                       EXP2_ON_FMA, WHOLE)
 
 
 @gluon.jit
 def _third_warpgroup(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
                      CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
-                     EXP2_ON_FMA: gl.constexpr):
+                     EXP2_ON_FMA: gl.constexpr, WHOLE: gl.constexpr):
     _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 2, CAUSAL, STORE_LSE, PINGPONG,
-                       EXP2_ON_FMA)
+                       EXP2_ON_FMA, WHOLE)
 # --8<-- [end:compute]
 
 
@@ -397,31 +395,31 @@ def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, qk_scale,
         mbarrier.arrive(turn.index(0), count=1)
 
     descs = (q_desc, k_desc, v_desc, o_desc, o_ptr)
-    dims = (seq_q, heads, group, seq_k, offset, WHOLE)
+    dims = (seq_q, heads, group, seq_k, offset)
     smem = (q_smem, k_smem, v_smem, o_smem)
     bars = (q_ready, q_free, k_ready, k_free, v_ready, v_free, turn)
     if WARPGROUPS == 2:
         gl.warp_specialize([
             # The kernel's own 4 warps compute query rows 0-63 of each item.
             (_compute_partition, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
-                                  PINGPONG, EXP2_ON_FMA)),
+                                  PINGPONG, EXP2_ON_FMA, WHOLE)),
             # 4 more warps compute rows 64-127.
             (_second_warpgroup, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
-                                 PINGPONG, EXP2_ON_FMA)),
+                                 PINGPONG, EXP2_ON_FMA, WHOLE)),
             # 1 warp issues the copies.
             (_load_partition, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
-                               PINGPONG, EXP2_ON_FMA)),
+                               PINGPONG, EXP2_ON_FMA, WHOLE)),
         ], [4, 1], [WORKER_REGS, 24])
     else:  # the same, with a third computing warpgroup for rows 128-191
         gl.warp_specialize([
             (_compute_partition, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
-                                  PINGPONG, EXP2_ON_FMA)),
+                                  PINGPONG, EXP2_ON_FMA, WHOLE)),
             (_second_warpgroup, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
-                                 PINGPONG, EXP2_ON_FMA)),
+                                 PINGPONG, EXP2_ON_FMA, WHOLE)),
             (_third_warpgroup, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 2, CAUSAL, STORE_LSE,
-                                PINGPONG, EXP2_ON_FMA)),
+                                PINGPONG, EXP2_ON_FMA, WHOLE)),
             (_load_partition, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
-                               PINGPONG, EXP2_ON_FMA)),
+                               PINGPONG, EXP2_ON_FMA, WHOLE)),
         ], [4, 4, 1], [WORKER_REGS, WORKER_REGS, 24])
 # --8<-- [end:kernel]
 
