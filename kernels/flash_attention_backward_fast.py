@@ -76,12 +76,15 @@ def _preprocess(O, DO, Lse, Delta, Lse2, DQ_ACC, ROWS, HEAD_DIM: tl.constexpr, B
 
 
 @triton.jit
-def _load_tile(src, row, row_end, offs_rows, offs_d, HEAD_DIM: tl.constexpr, USE_TMA: tl.constexpr):
+def _load_tile(src, row, row_end, offs_rows, offs_d, HEAD_DIM: tl.constexpr, USE_TMA: tl.constexpr,
+               WHOLE: tl.constexpr):
     """One (rows, head_dim) tile starting at 2-D row `row`: through the tensor descriptor, or with pointers.
     Rows from row_end on (past this head's sequence) are not ours: pointers read them as 0, TMA reads the next
-    head's rows; either way the caller gives them P = 0."""
+    head's rows; either way the caller gives them P = 0. WHOLE: every tile whole, no mask."""
     if USE_TMA:
         tile = src.load([row, 0])
+    elif WHOLE:
+        tile = tl.load(src + (row + offs_rows)[:, None] * HEAD_DIM + offs_d[None, :])
     else:
         rows = row + offs_rows
         tile = tl.load(src + rows[:, None] * HEAD_DIM + offs_d[None, :], mask=rows[:, None] < row_end, other=0.0)
@@ -90,14 +93,32 @@ def _load_tile(src, row, row_end, offs_rows, offs_d, HEAD_DIM: tl.constexpr, USE
 
 @triton.jit
 def _store_tile(dst, dst_ptr, row, row_end, tile, offs_rows, offs_d, HEAD_DIM: tl.constexpr,
-                USE_TMA: tl.constexpr):
+                USE_TMA: tl.constexpr, WHOLE: tl.constexpr):
     """Store a tile's rows below row_end. A TMA store writes whole tiles, so a partial one (it would overwrite the
-    next head's first rows) goes through plain masked stores."""
-    if USE_TMA and row + tile.shape[0] <= row_end:
+    next head's first rows) goes through plain masked stores. WHOLE: every tile whole, no mask."""
+    if WHOLE:
+        if USE_TMA:
+            dst.store([row, 0], tile)
+        else:
+            tl.store(dst_ptr + (row + offs_rows)[:, None] * HEAD_DIM + offs_d[None, :], tile)
+    elif USE_TMA and row + tile.shape[0] <= row_end:
         dst.store([row, 0], tile)
     else:
         rows = row + offs_rows
         tl.store(dst_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :], tile, mask=rows[:, None] < row_end)
+
+
+@triton.jit
+def _visible(rows, cols, causal_offset, N_K, CAUSAL: tl.constexpr, WHOLE: tl.constexpr):
+    """Which keys (cols) each query (rows) sees: those before N_K (all of them when WHOLE) and, with CAUSAL, those
+    up to the query's position plus causal_offset (0 top-left, N_K - N_Q bottom-right)."""
+    if CAUSAL:
+        visible = rows + causal_offset >= cols
+        if not WHOLE:
+            visible = visible & (cols < N_K)
+    else:
+        visible = cols < N_K
+    return visible
 
 
 # --8<-- [start:dkdv-step]
@@ -105,24 +126,25 @@ def _store_tile(dst, dst_ptr, row, row_end, tile, offs_rows, offs_d, HEAD_DIM: t
 def _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, start_m, offs_n, offs_d,
                qk_scale, causal_offset, N_Q, N_K, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
                MASKED: tl.constexpr, CAUSAL: tl.constexpr, TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-               USE_TMA: tl.constexpr):
+               USE_TMA: tl.constexpr, WHOLE: tl.constexpr):
     """Fold one Q block (rows start_m ... start_m + BLOCK_M) into this program's dK and dV accumulators.
 
     MASKED: keys past N_K, and (CAUSAL) keys after a query's position plus causal_offset, get P = 0. offs_n are
     the program's keys. Rows past N_Q read lse2 = +inf, so their P is 0 with or without the mask.
     """
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    q = _load_tile(q_src, row0 + start_m, row0 + N_Q, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA)
-    do = _load_tile(do_src, row0 + start_m, row0 + N_Q, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA)
-    lse2 = tl.load(lse2_ptr + row0 + offs_m, mask=offs_m < N_Q, other=float("inf"))
-    delta = tl.load(delta_ptr + row0 + offs_m, mask=offs_m < N_Q, other=0.0)
+    q = _load_tile(q_src, row0 + start_m, row0 + N_Q, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA, WHOLE)
+    do = _load_tile(do_src, row0 + start_m, row0 + N_Q, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA, WHOLE)
+    if WHOLE:
+        lse2 = tl.load(lse2_ptr + row0 + offs_m)
+        delta = tl.load(delta_ptr + row0 + offs_m)
+    else:
+        lse2 = tl.load(lse2_ptr + row0 + offs_m, mask=offs_m < N_Q, other=float("inf"))
+        delta = tl.load(delta_ptr + row0 + offs_m, mask=offs_m < N_Q, other=0.0)
     if TRANSPOSED:  # tiles are (keys, queries): Pᵀ and dSᵀ are born as the first operands of dV and dK
         p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse2[None, :])
         if MASKED:
-            visible = offs_n[:, None] < N_K
-            if CAUSAL:
-                visible = visible & (offs_m[None, :] + causal_offset >= offs_n[:, None])
-            p_t = tl.where(visible, p_t, 0.0)
+            p_t = tl.where(_visible(offs_m[None, :], offs_n[:, None], causal_offset, N_K, CAUSAL, WHOLE), p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv)  # dV += Pᵀ dO
         ds_t = (p_t * (tl.dot(v, tl.trans(do)) - delta[None, :])).to(q.dtype)  # dSᵀ = Pᵀ ∘ (dPᵀ − D)
         dk = tl.dot(ds_t, q, dk)  # dK += dSᵀ Q
@@ -130,10 +152,7 @@ def _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, s
     else:  # tiles are (queries, keys), as in chapter 10
         p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None])
         if MASKED:
-            visible = offs_n[None, :] < N_K
-            if CAUSAL:
-                visible = visible & (offs_m[:, None] + causal_offset >= offs_n[None, :])
-            p = tl.where(visible, p, 0.0)
+            p = tl.where(_visible(offs_m[:, None], offs_n[None, :], causal_offset, N_K, CAUSAL, WHOLE), p, 0.0)
         dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
         ds = (p * (tl.dot(do, tl.trans(v)) - delta[:, None])).to(q.dtype)
         dk = tl.dot(tl.trans(ds), q, dk)
@@ -154,17 +173,18 @@ def _dkdv_kernel(q_src, k_src, v_src, do_src, dk_dst, dv_dst, dk_ptr, dv_ptr, dq
                  sm_scale, qk_scale, N_Q, N_K, N_BUCKET, H, GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
                  BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
                  SPLIT_DIAGONAL: tl.constexpr, TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-                 USE_TMA: tl.constexpr):
+                 USE_TMA: tl.constexpr, WHOLE: tl.constexpr):
     # One program per (K/V block, batch*K/V head); the tensors are seen as 2-D (batch*heads*seq, head_dim). With
     # grouped-query attention a K/V head serves GROUP query heads: the program sums their shares of dK and dV.
+    # WHOLE: both lengths are multiples of the blocks, so no tile is partial and nothing needs a bounds mask.
     start_n = tl.program_id(0) * BLOCK_N
     kv_row0 = tl.program_id(1) * N_K  # first row of this K/V head
     kv_heads = H // GROUP
     first_head = (tl.program_id(1) // kv_heads) * H + (tl.program_id(1) % kv_heads) * GROUP  # in batch*heads
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    k = _load_tile(k_src, kv_row0 + start_n, kv_row0 + N_K, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
-    v = _load_tile(v_src, kv_row0 + start_n, kv_row0 + N_K, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
+    k = _load_tile(k_src, kv_row0 + start_n, kv_row0 + N_K, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA, WHOLE)
+    v = _load_tile(v_src, kv_row0 + start_n, kv_row0 + N_K, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA, WHOLE)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     # Chapter 10's bounds. Query i sees key j when j <= i + causal_offset (0 top-left, N_K - N_Q bottom-right):
@@ -180,22 +200,24 @@ def _dkdv_kernel(q_src, k_src, v_src, do_src, dk_dst, dv_dst, dk_ptr, dv_ptr, dq
         full_lo = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M
         if not SPLIT_DIAGONAL:
             full_lo = q_end  # every block pays for the mask
-    # A partial last key block holds keys past N_K: every one of its Q blocks takes the mask.
-    full_lo = tl.where(start_n + BLOCK_N > N_K, q_end, tl.minimum(full_lo, q_end))
+    full_lo = tl.minimum(full_lo, q_end)
+    if not WHOLE:  # a partial last key block holds keys past N_K: every one of its Q blocks takes the mask
+        full_lo = tl.where(start_n + BLOCK_N > N_K, q_end, full_lo)
     for head in range(first_head, first_head + GROUP):
         row0 = head * N_Q  # first row of this query head
-        for start_m in range(lo, full_lo, BLOCK_M):
-            dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, start_m, offs_n,
-                                offs_d, qk_scale, causal_offset, N_Q, N_K, HEAD_DIM, BLOCK_M, True, CAUSAL,
-                                TRANSPOSED, ATOMIC_DQ, USE_TMA)
+        if CAUSAL or not WHOLE:  # whole tiles without a causal mask have no masked block
+            for start_m in range(lo, full_lo, BLOCK_M):
+                dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, start_m,
+                                    offs_n, offs_d, qk_scale, causal_offset, N_Q, N_K, HEAD_DIM, BLOCK_M, True,
+                                    CAUSAL, TRANSPOSED, ATOMIC_DQ, USE_TMA, WHOLE)
         for start_m in range(full_lo, q_end, BLOCK_M):  # blocks that see every key of this program: no mask
             dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, start_m, offs_n,
                                 offs_d, qk_scale, causal_offset, N_Q, N_K, HEAD_DIM, BLOCK_M, False, CAUSAL,
-                                TRANSPOSED, ATOMIC_DQ, USE_TMA)
+                                TRANSPOSED, ATOMIC_DQ, USE_TMA, WHOLE)
     _store_tile(dk_dst, dk_ptr, kv_row0 + start_n, kv_row0 + N_K, (dk * sm_scale).to(k.dtype),
-                tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
+                tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA, WHOLE)
     _store_tile(dv_dst, dv_ptr, kv_row0 + start_n, kv_row0 + N_K, dv.to(v.dtype), tl.arange(0, BLOCK_N), offs_d,
-                HEAD_DIM, USE_TMA)
+                HEAD_DIM, USE_TMA, WHOLE)
 # --8<-- [end:dkdv]
 
 
@@ -203,19 +225,18 @@ def _dkdv_kernel(q_src, k_src, v_src, do_src, dk_dst, dv_dst, dk_ptr, dv_ptr, dq
 @triton.jit
 def _dq_loop(dq, q, do, lse2, delta, k_src, v_src, kv_row0, offs_m, offs_d, lo, hi, qk_scale, causal_offset, N_K,
              HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-             USE_TMA: tl.constexpr):
+             USE_TMA: tl.constexpr, WHOLE: tl.constexpr):
     """Fold the K/V blocks [lo, hi) into one Q block's dQ accumulator (chapter 10's second pass).
     MASKED: keys past N_K and (CAUSAL) keys after a query's position plus causal_offset get P = 0."""
     for start_n in range(lo, hi, BLOCK_N):
-        k = _load_tile(k_src, kv_row0 + start_n, kv_row0 + N_K, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
-        v = _load_tile(v_src, kv_row0 + start_n, kv_row0 + N_K, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
+        k = _load_tile(k_src, kv_row0 + start_n, kv_row0 + N_K, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA,
+                       WHOLE)
+        v = _load_tile(v_src, kv_row0 + start_n, kv_row0 + N_K, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA,
+                       WHOLE)
         p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None])
         if MASKED:
             cols = start_n + tl.arange(0, BLOCK_N)
-            visible = cols[None, :] < N_K
-            if CAUSAL:
-                visible = visible & (offs_m[:, None] + causal_offset >= cols[None, :])
-            p = tl.where(visible, p, 0.0)
+            p = tl.where(_visible(offs_m[:, None], cols[None, :], causal_offset, N_K, CAUSAL, WHOLE), p, 0.0)
         ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq)
     return dq
@@ -225,17 +246,21 @@ def _dq_loop(dq, q, do, lse2, delta, k_src, v_src, kv_row0, offs_m, offs_d, lo, 
 def _dq_kernel(q_src, k_src, v_src, do_src, dq_dst, dq_ptr, lse2_ptr, delta_ptr, sm_scale, qk_scale, N_Q, N_K,
                N_BUCKET, H, GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                CAUSAL: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, SPLIT_DIAGONAL: tl.constexpr,
-               USE_TMA: tl.constexpr):
+               USE_TMA: tl.constexpr, WHOLE: tl.constexpr):
     # One program per (Q block, batch*head); query head h reads K/V head h // GROUP.
     start_m = tl.program_id(0) * BLOCK_M
     row0 = tl.program_id(1) * N_Q
     kv_row0 = ((tl.program_id(1) // H) * (H // GROUP) + (tl.program_id(1) % H) // GROUP) * N_K
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    q = _load_tile(q_src, row0 + start_m, row0 + N_Q, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA)
-    do = _load_tile(do_src, row0 + start_m, row0 + N_Q, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA)
-    lse2 = tl.load(lse2_ptr + row0 + offs_m, mask=offs_m < N_Q, other=float("inf"))
-    delta = tl.load(delta_ptr + row0 + offs_m, mask=offs_m < N_Q, other=0.0)
+    q = _load_tile(q_src, row0 + start_m, row0 + N_Q, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA, WHOLE)
+    do = _load_tile(do_src, row0 + start_m, row0 + N_Q, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA, WHOLE)
+    if WHOLE:
+        lse2 = tl.load(lse2_ptr + row0 + offs_m)
+        delta = tl.load(delta_ptr + row0 + offs_m)
+    else:
+        lse2 = tl.load(lse2_ptr + row0 + offs_m, mask=offs_m < N_Q, other=float("inf"))
+        delta = tl.load(delta_ptr + row0 + offs_m, mask=offs_m < N_Q, other=0.0)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     # The forward's bounds: whole K/V blocks every row sees run unmasked; the diagonal and a partial last block
     # take the mask.
@@ -252,11 +277,12 @@ def _dq_kernel(q_src, k_src, v_src, do_src, dq_dst, dq_ptr, lse2_ptr, delta_ptr,
         full_hi = N_K // BLOCK_N * BLOCK_N
         hi = N_K
     dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, kv_row0, offs_m, offs_d, 0, full_hi, qk_scale,
-                  causal_offset, N_K, HEAD_DIM, BLOCK_N, False, CAUSAL, USE_TMA)
-    dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, kv_row0, offs_m, offs_d, full_hi, hi, qk_scale,
-                  causal_offset, N_K, HEAD_DIM, BLOCK_N, True, CAUSAL, USE_TMA)
+                  causal_offset, N_K, HEAD_DIM, BLOCK_N, False, CAUSAL, USE_TMA, WHOLE)
+    if CAUSAL or not WHOLE:  # whole tiles without a causal mask have no masked block
+        dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, kv_row0, offs_m, offs_d, full_hi, hi, qk_scale,
+                      causal_offset, N_K, HEAD_DIM, BLOCK_N, True, CAUSAL, USE_TMA, WHOLE)
     _store_tile(dq_dst, dq_ptr, row0 + start_m, row0 + N_Q, (dq * sm_scale).to(q.dtype), tl.arange(0, BLOCK_M),
-                offs_d, HEAD_DIM, USE_TMA)
+                offs_d, HEAD_DIM, USE_TMA, WHOLE)
 # --8<-- [end:dq]
 
 
@@ -329,10 +355,11 @@ def _zero_dq_acc(nargs, reset_only=False):
 
 # Tuned once per head dim, causal setting, switches and power-of-two bucket of N, not per exact length.
 _dkdv_tuned = triton.autotune(configs=DKDV_CONFIGS, key=["N_BUCKET", "HEAD_DIM", "CAUSAL", "TRANSPOSED",
-                                                       "SPLIT_DIAGONAL", "ATOMIC_DQ", "USE_TMA"],
+                                                       "SPLIT_DIAGONAL", "ATOMIC_DQ", "USE_TMA", "WHOLE"],
                               prune_configs_by={"early_config_prune": _prune_dkdv},
                               pre_hook=_zero_dq_acc)(_dkdv_kernel)
-_dq_tuned = triton.autotune(configs=DQ_CONFIGS, key=["N_BUCKET", "HEAD_DIM", "CAUSAL", "SPLIT_DIAGONAL", "USE_TMA"],
+_dq_tuned = triton.autotune(configs=DQ_CONFIGS, key=["N_BUCKET", "HEAD_DIM", "CAUSAL", "SPLIT_DIAGONAL", "USE_TMA",
+                                                   "WHOLE"],
                             prune_configs_by={"early_config_prune": _prune_dq})(_dq_kernel)
 # --8<-- [end:configs]
 
@@ -466,8 +493,11 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
         return TensorDescriptor(t, list(t.shape), [head_dim, 1], [64, head_dim]) if switches["USE_TMA"] else t
 
     # SPLIT_DIAGONAL means nothing without the mask: leave it off there, so both settings share one compiled kernel.
+    # WHOLE: both lengths are multiples of every block (the autotuned ones are 32 to 128 rows), no tile partial.
+    block = max([128] + [c.kwargs[b] for c in (dkdv_config, dq_config) if c for b in ("BLOCK_M", "BLOCK_N")])
     common = dict(HEAD_DIM=head_dim, CAUSAL=bool(causal), BOTTOM_RIGHT=causal_alignment == "bottom-right",
-                  SPLIT_DIAGONAL=switches["SPLIT_DIAGONAL"] and bool(causal), USE_TMA=switches["USE_TMA"])
+                  SPLIT_DIAGONAL=switches["SPLIT_DIAGONAL"] and bool(causal), USE_TMA=switches["USE_TMA"],
+                  WHOLE=n_q % block == 0 and n_k % block == 0)
     lengths = (n_q, n_k, min(triton.next_power_of_2(max(n_q, n_k)), 16384), heads, heads // kv_heads)
     args = (source(q2), source(k2), source(v2), source(do2), source(dk), source(dv), dk, dv,
             source(dq_acc) if switches["ATOMIC_DQ"] else dq_acc, lse2, delta, sm_scale, sm_scale * LOG2_E, *lengths)

@@ -71,6 +71,8 @@ def test_inputs_off_the_fast_path_fall_back_to_chapter_10_with_a_reason(device):
     (2, 1, 100, 300, True, "bottom-right"),
     (2, 2, 300, 100, True, "bottom-right"),  # the first 200 queries see no key: zero gradients
     (3, 3, 140, 260, False, "top-left"),
+    (2, 1, 128, 384, True, "top-left"),  # whole tiles (WHOLE): key blocks no query sees
+    (2, 2, 384, 128, True, "bottom-right"),  # whole tiles, 256 queries that see no key
 ])
 @pytest.mark.parametrize("switches", [{}, {"USE_TMA": False, "TRANSPOSED": False}, {"ATOMIC_DQ": True},
                                       {"ATOMIC_DQ": True, "USE_TMA": False}, {"SPLIT_DIAGONAL": False}],
@@ -152,7 +154,8 @@ def test_unknown_switch_is_named(device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize(("n", "d", "causal"), [(128, 64, True), (1024, 64, False), (1024, 128, True),
-                                                (2048, 64, True), (384, 128, False)])
+                                                (2048, 64, True), (384, 128, False), (1000, 64, True),
+                                                (333, 128, False)])  # the last two: partial tiles
 @pytest.mark.parametrize("switches", [{}, {"GLUON": False}, {"GLUON": False, "ATOMIC_DQ": True}],
                          ids=["final", "triton", "triton-atomic"])
 def test_gpu_gradients_with_the_autotuner(dtype, n, d, causal, switches):
