@@ -78,6 +78,7 @@ def collect(sources: list[str]) -> dict:
         "gpu": props.name,
         "gpu_slug": gpu_slug(props.name),
         "sm_count": props.multi_processor_count,
+        "l2_cache_bytes": getattr(props, "L2_cache_size", 0),  # as the driver reports it (0: this torch cannot say)
         "driver": _driver_version(),
         "cuda": torch.version.cuda or "unknown",
         "cudnn": str(torch.backends.cudnn.version() or "unknown"),  # the SDPA cuDNN backend's library

@@ -65,9 +65,9 @@ def test_write_puts_the_file_under_the_gpu_folder(tmp_path):
     assert results.load_all("vector_add", results_dir=tmp_path)[0] == _valid_result()
 
 
-def test_provenance_records_cudnn_and_clocks(monkeypatch):
+def test_provenance_records_cudnn_clocks_and_l2(monkeypatch):
     """A run records the application and maximum clocks nvidia-smi reports, and an empty dict when it cannot say;
-    both pass the schema."""
+    both pass the schema, as does the L2 size (a byte count, never negative)."""
     import subprocess
 
     from book import provenance
@@ -79,8 +79,11 @@ def test_provenance_records_cudnn_and_clocks(monkeypatch):
     assert provenance._clocks() == {"application_sm_mhz": 1980, "max_sm_mhz": 1980, "application_memory_mhz": 3201,
                                     "max_memory_mhz": 3201}
     result = _valid_result()
-    result["provenance"] |= {"cudnn": "91002", "clocks": provenance._clocks()}
+    result["provenance"] |= {"cudnn": "91002", "clocks": provenance._clocks(), "l2_cache_bytes": 62914560}
     results.validate(result)
+    result["provenance"]["l2_cache_bytes"] = -1
+    with pytest.raises(jsonschema.ValidationError):
+        results.validate(result)
 
     def missing(args, **_kwargs):
         raise FileNotFoundError("nvidia-smi")
