@@ -70,8 +70,8 @@ for head_dim, warpgroups in ((64, 2), (64, 3), (128, 2)):
 run_snippet("ch08/mbarrier_ring.py")
 
 # %% [markdown]
-# With \(S\) slots, tile \(t\) goes to slot \(t \bmod S\), and its `ready` wait asks for parity
-# \(\lfloor t/S \rfloor \bmod 2\). Here are the first ten tiles of a three-slot ring:
+# With `S` slots, tile `t` goes to slot `t % S`, and its `ready` wait asks for parity `(t // S) % 2`.
+# Here are the first ten tiles of a three-slot ring:
 
 # %%
 slots = 3

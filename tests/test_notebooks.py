@@ -50,6 +50,15 @@ def test_notebook_has_colab_link_setup_and_nav_entry(source):
     assert f"notebooks/{source.stem}.ipynb" in nav
 
 
+@pytest.mark.parametrize("source", SOURCES, ids=[s.stem for s in SOURCES])
+def test_notebook_text_has_no_tex(source):
+    """The site renders a notebook's markdown without the chapters' math extension, so TeX would show as source
+    (a reader saw "(t \\bmod S)"): write formulas in code spans instead."""
+    markdown = [line for line in source.read_text().splitlines() if line.startswith("# ")]
+    tex = [line for line in markdown if re.search(r"\\[()\[\]]|\$[^$]+\$", line)]
+    assert not tex, f"{source.name}: TeX in markdown: {tex}"
+
+
 def test_no_stray_rendered_notebooks():
     stems = {s.stem for s in SOURCES}
     for rendered in (ROOT / "docs/notebooks").glob("*.ipynb"):
