@@ -1,8 +1,11 @@
 """Chapter 8 snippets: each prints what its page shows."""
 
 import re
+import runpy
 
-from book import snippets
+import pytest
+
+from book import ROOT, snippets
 
 
 def test_waves():
@@ -45,3 +48,22 @@ def test_exp_vs_matmul():
     assert "      64     2,097,152                 512                        1.00" in fresh
     assert "break-even head dim: 64" in fresh
 
+
+
+def test_wgmma_layout_matches_gluons_own():
+    """The snippet's formula is the layout Gluon gives a wgmma result, and P's operand layout holds each element in
+    the same thread and register (Triton's own rendering of the layouts, where this Triton has it)."""
+    stored, fresh = snippets.check("snippets/ch08/wgmma_layout.py")
+    assert fresh == stored
+    assert "row 9's max is computed by threads [4, 5, 6, 7]" in fresh
+    gl = pytest.importorskip("triton.experimental.gluon.language")
+    namespace = runpy.run_path(str(ROOT / "snippets/ch08/wgmma_layout.py"))
+    for cols in (16, 64, 128):
+        accumulator = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, cols, 16])
+        operand = gl.DotOperandLayout(operand_index=0, parent=accumulator, k_width=2)
+        if not hasattr(accumulator, "format_tensor_view"):
+            pytest.skip("this Triton cannot render a layout")
+        ours = [[namespace["owner"](row, col) for col in range(cols)] for row in range(64)]
+        for layout in (accumulator, operand):
+            view = layout.format_tensor_view([64, cols]).strip().splitlines()
+            assert [[(int(t), int(r)) for t, r in re.findall(r"T(\d+):(\d+)", line)] for line in view] == ours
