@@ -2,17 +2,16 @@
 # reads, and that splitting the keys and merging the partial states gives the exact answer.
 # Run: python snippets/ch12/decode_step.py
 import json
-from pathlib import Path
 
 import numpy as np
 
+from book import gpus, results
 from kernels.flash_decoding import choose_splits
 
 # A model with grouped-query attention: 32 query heads share 8 KV heads, head dim 128, fp16 cache.
 batch, q_heads, kv_heads, d, context, fp16 = 1, 32, 8, 128, 8192, 2
 # The H200's SM count as the decode benchmark's results file records it (the H200's datasheet gives none).
-results = Path(__file__).resolve().parents[2] / "results" / "nvidia-h200" / "decode.json"
-sm_count = json.loads(results.read_text())["provenance"]["sm_count"]
+sm_count = json.loads(results.path_for("decode", gpus.REFERENCE_GPU).read_text())["provenance"]["sm_count"]
 group = q_heads // kv_heads
 
 kv_bytes = 2 * batch * kv_heads * context * d * fp16  # K and V, read once
