@@ -8,7 +8,8 @@ dO given, the gradients are
     dQ = dS K · scale    dK = dSᵀ Q · scale
 
 D comes from O and dO alone (a row of P times a row of dP sums to a row of dO times a row of O), so a small
-first kernel computes it for every row. Then two kernels share the work (FlashAttention-2's choice):
+first kernel computes it for every row. Then two kernels share the work (FlashAttention-2 has the first one's
+loop order, but adds dQ with atomic adds instead of running the second):
 
 - one program per block of BLOCK_N keys keeps its K and V on chip, streams the Q, dO, L and D blocks past
   them, and accumulates its dK and dV rows, which it writes once;
