@@ -78,11 +78,12 @@ def _program_tile(dims, HEADS_PER_GROUP: gl.constexpr):
     """This program's first key, the first row of its (batch, K/V head) in the 2-D views of k and v, and the
     first of the query heads that read that K/V head (in batch x query heads).
 
-    dims = (queries, query heads, query heads per K/V head, keys, causal offset). HEADS_PER_GROUP = 0:
+    dims = (queries, query heads, query heads per K/V head, keys, causal offset, floats per query head in the
+    logsumexp and D buffers). HEADS_PER_GROUP = 0:
     grid (key blocks, K/V heads), every key block of a head before the next head. Otherwise (step 11) grid
     (HEADS_PER_GROUP, key blocks x groups of heads): the first key block of each head of a group, then the second,
     ..., so the longest causal loops start first, a few heads at a time."""
-    seq_q, heads, group, seq_k, offset = dims
+    seq_q, heads, group, seq_k, offset, row_pitch = dims
     if HEADS_PER_GROUP == 0:
         block = gl.program_id(0)
         kv_head = gl.program_id(1)
@@ -99,7 +100,7 @@ def _program_tile(dims, HEADS_PER_GROUP: gl.constexpr):
 def _query_blocks(start_n, dims, block_m: gl.constexpr, CAUSAL: gl.constexpr):
     """The first query of the Q blocks that see any of the keys from start_n, and how many blocks there are per
     query head: with CAUSAL, queries before start_n - offset see none of them."""
-    seq_q, heads, group, seq_k, offset = dims
+    seq_q, heads, group, seq_k, offset, row_pitch = dims
     lo = 0
     if CAUSAL:
         lo = gl.maximum(start_n - offset, 0) // block_m * block_m
@@ -122,7 +123,7 @@ def _load_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_s
     parts: gl.constexpr = k_dq_smem.shape[0]  # two column halves, or (step 10) one part with every column
     dq_cols: gl.constexpr = k_dq_smem.shape[2]
     start_n, kv_row0, first_head = _program_tile(dims, HEADS_PER_GROUP)
-    seq_q, heads, group, seq_k, offset = dims
+    seq_q, heads, group, seq_k, offset, row_pitch = dims
     mbarrier.expect(kv_ready, 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes)
                     + parts * k_dq_desc.block_type.nbytes)
     for w in gl.static_range(2):
@@ -135,19 +136,20 @@ def _load_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm_s
         for b in range(blocks):  # every Q block of it that sees these keys
             i = h * blocks + b  # blocks so far: the ring slot and the barrier phase
             row = (first_head + h) * seq_q + lo + b * block_m
+            row_of_rows = (first_head + h) * row_pitch + lo + b * block_m  # the same block in L₂ and D
             slot = i % stages
             free_phase = ((i // stages) & 1) ^ 1  # a fresh barrier counts phase 1 as complete: the first wait passes
             mbarrier.wait(q_free.index(slot), free_phase)
             if ROWS_IN_SHARED:
                 mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes + lse2_src.block_type.nbytes)
-                _tma_load(lse2_src, [row], q_ready.index(slot), lse2_smem.index(slot))
+                _tma_load(lse2_src, [row_of_rows], q_ready.index(slot), lse2_smem.index(slot))
             else:
                 mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
             _tma_load(q_desc, [row, 0], q_ready.index(slot), q_smem.index(slot))
             mbarrier.wait(do_free.index(slot), free_phase)
             if ROWS_IN_SHARED:
                 mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes + delta_src.block_type.nbytes)
-                _tma_load(delta_src, [row], do_ready.index(slot), delta_smem.index(slot))
+                _tma_load(delta_src, [row_of_rows], do_ready.index(slot), delta_smem.index(slot))
             else:
                 mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
             _tma_load(do_desc, [row, 0], do_ready.index(slot), do_smem.index(slot))
@@ -210,7 +212,7 @@ def _compute_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, s
     operand_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
     row_layout: gl.constexpr = gl.SliceLayout(0, st_layout)  # one value per query, shared by the keys
     start_n, kv_row0, first_head = _program_tile(dims, HEADS_PER_GROUP)
-    seq_q, heads, group, seq_k, offset = dims
+    seq_q, heads, group, seq_k, offset, row_pitch = dims
     lo, blocks = _query_blocks(start_n, dims, block_m, CAUSAL)
     keys = start_n + WARPGROUP * KEYS_PER_WARPGROUP + gl.arange(0, KEYS_PER_WARPGROUP,
                                                                  gl.SliceLayout(1, st_layout))
@@ -230,6 +232,7 @@ def _compute_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, s
         v_first = v
     for h in range(group):  # every query head that reads this K/V head: dK and dV sum over them
         row0 = (first_head + h) * seq_q  # first row of this query head
+        rows0 = (first_head + h) * row_pitch  # its first logsumexp and D
         for b in range(blocks):
             i = h * blocks + b  # blocks so far: the ring slot, the barrier phase, the dS buffer
             start_m = lo + b * block_m
@@ -243,14 +246,14 @@ def _compute_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, s
             s_start = gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout)
             dp_start = gl.zeros([KEYS_PER_WARPGROUP, block_m], gl.float32, st_layout)
             if ROWS_IN_ACCUMULATORS and not ROWS_IN_SHARED:
-                s_start -= (_rows_of(lse2_src, row0, queries, seq_q, WHOLE) / qk_scale)[None, :]
+                s_start -= (_rows_of(lse2_src, rows0, queries, seq_q, WHOLE) / qk_scale)[None, :]
             mbarrier.wait(q_ready.index(slot), phase)
             if ROWS_IN_ACCUMULATORS and ROWS_IN_SHARED:
                 s_start -= (lse2_smem.index(slot).load(row_layout) / qk_scale)[None, :]
             q = q_smem.index(slot)
             s_t = warpgroup_mma(k_first, q.permute((1, 0)), s_start, use_acc=ROWS_IN_ACCUMULATORS, is_async=True)
             if ROWS_IN_ACCUMULATORS and not ROWS_IN_SHARED:
-                dp_start -= _rows_of(delta_src, row0, queries, seq_q, WHOLE)[None, :]
+                dp_start -= _rows_of(delta_src, rows0, queries, seq_q, WHOLE)[None, :]
             mbarrier.wait(do_ready.index(slot), phase)
             if ROWS_IN_ACCUMULATORS and ROWS_IN_SHARED:
                 dp_start -= delta_smem.index(slot).load(row_layout)[None, :]
@@ -260,8 +263,8 @@ def _compute_partition(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, s
                 lse2 = lse2_smem.index(slot).load(row_layout)
                 delta = delta_smem.index(slot).load(row_layout)
             if not ROWS_IN_ACCUMULATORS and not ROWS_IN_SHARED:
-                lse2 = _rows_of(lse2_src, row0, queries, seq_q, WHOLE)
-                delta = _rows_of(delta_src, row0, queries, seq_q, WHOLE)
+                lse2 = _rows_of(lse2_src, rows0, queries, seq_q, WHOLE)
+                delta = _rows_of(delta_src, rows0, queries, seq_q, WHOLE)
             # Pᵀ rebuilt from the logsumexp; dV += Pᵀ dO starts while dPᵀ may still be running.
             s_t = warpgroup_mma_wait(1, deps=[s_t])
             if ROWS_IN_ACCUMULATORS:
@@ -345,7 +348,7 @@ def _second_warpgroup(descs, smem, bars, dims, lse2_src, delta_src, qk_scale, sm
 # --8<-- [start:kernel]
 @gluon.jit
 def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr,
-                       lse2_src, delta_src, qk_scale, sm_scale, seq_q, seq_k, offset, heads, group,
+                       lse2_src, delta_src, qk_scale, sm_scale, seq_q, seq_k, offset, heads, group, row_pitch,
                        CAUSAL: gl.constexpr, WHOLE: gl.constexpr,
                        STAGES: gl.constexpr,
                        WORKER_REGS: gl.constexpr, KV_IN_REGISTERS: gl.constexpr, HEADS_PER_GROUP: gl.constexpr,
@@ -379,7 +382,7 @@ def _hopper_bwd_kernel(q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_d
     for i in gl.static_range(2):
         mbarrier.init(ds_ready.index(i), count=2)  # both halves of dSᵀ written
     descs = (q_desc, k_desc, v_desc, do_desc, k_dq_desc, dq_desc, dk_desc, dv_desc, dk_ptr, dv_ptr)
-    dims = (seq_q, heads, group, seq_k, offset)
+    dims = (seq_q, heads, group, seq_k, offset, row_pitch)
     lse2_smem = gl.allocate_shared_memory(gl.float32, [STAGES, block_m], ROWS_LAYOUT)
     delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, block_m], ROWS_LAYOUT)
     smem = (q_smem, do_smem, k_smem, v_smem, k_dq_smem, ds_smem, dq_smem, lse2_smem, delta_smem)
@@ -427,8 +430,7 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
 
     kv_in_registers and dq_by_turns are steps 9 and 10; they apply at head dim 64 and are ignored at 128.
     longest_first is step 11; it applies to causal attention (without the mask every program's loop is as long).
-    rows_in_accumulators is step 12; it applies at head dim 128 and is ignored at 64. rows_in_shared is step 13; it
-    applies when the query length is a multiple of 4 and is ignored otherwise.
+    rows_in_accumulators is step 12; it applies at head dim 128 and is ignored at 64. rows_in_shared is step 13.
     """
     reason = shape_reason(q, k, v)
     if reason is not None:
@@ -468,21 +470,24 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
                  if causal and longest_first else 0)
     key_blocks = triton.cdiv(n_k, keys)
     grid = ((at_a_time, batch * kv_heads // at_a_time * key_blocks) if at_a_time else (key_blocks, batch * kv_heads))
+    # The copy engine reads a block of fp32 rows from a 16-byte aligned address only (an H200 run crashed at 129
+    # queries): each query head's logsumexp and D start at a multiple of 4 floats, padded when seq is not one.
+    row_pitch = triton.cdiv(seq, 4) * 4
+    if row_pitch != seq:
+        lse2, delta = (torch.nn.functional.pad(t.view(batch * heads, seq), (0, row_pitch - seq)).view(-1)
+                       for t in (lse2, delta))
     row_sources = [lse2, delta]  # pointers, or (step 13) descriptors of BLOCK_M floats for the copy engine
-    # The copy engine reads a block of fp32 rows from a 16-byte aligned address only: a head's rows start at
-    # multiples of 4 when the query length is one. Otherwise the computing warps load them (steps 9 to 12).
-    rows_in_shared = rows_in_shared and seq % 4 == 0
     # WHOLE: every block of queries and of keys is whole and every query sees a key, so the kernel compiles without
     # the bounds masks and partial stores (the code of chapter 11's grid, equal lengths that are multiples of 128).
     whole = seq % BLOCK_M == 0 and n_k % keys == 0 and offset >= 0
     if rows_in_shared:
-        row_sources = [TensorDescriptor(t, [rows], [1], [BLOCK_M], ROWS_LAYOUT.value) for t in row_sources]
+        row_sources = [TensorDescriptor(t, [t.numel()], [1], [BLOCK_M], ROWS_LAYOUT.value) for t in row_sources]
     _hopper_bwd_kernel[grid](
         descriptor(q2, BLOCK_M, head_dim), descriptor(k2, keys // 2, head_dim), descriptor(v2, keys // 2, head_dim),
         descriptor(do2, BLOCK_M, head_dim), descriptor(k2, keys, dq_cols),
         descriptor(dq_acc, BLOCK_M, dq_cols), descriptor(dk, keys // 2, head_dim),
         descriptor(dv, keys // 2, head_dim), dk, dv, *row_sources, sm_scale * triton_backward.LOG2_E, sm_scale, seq,
-        n_k, offset, heads, heads // kv_heads,
+        n_k, offset, heads, heads // kv_heads, row_pitch,
         CAUSAL=bool(causal), WHOLE=whole, STAGES=STAGES[head_dim], WORKER_REGS=REGISTERS[1],
         KV_IN_REGISTERS=kv_in_registers and room, HEADS_PER_GROUP=at_a_time,
         ROWS_IN_ACCUMULATORS=rows_in_accumulators and ROWS_IN_ACCUMULATORS_AT[head_dim],

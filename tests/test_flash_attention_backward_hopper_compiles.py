@@ -38,6 +38,7 @@ def compile_for_hopper(head_dim: int, causal: bool, whole: bool = True) -> dict:
                  "dv_desc": kv_block, "dk_ptr": "*fp16", "dv_ptr": "*fp16", "lse2_src": rows_block,
                  "delta_src": rows_block, "qk_scale": "fp32",
                  "sm_scale": "fp32", "seq_q": "i32", "seq_k": "i32", "offset": "i32", "heads": "i32", "group": "i32",
+                 "row_pitch": "i32",
                  "CAUSAL": "constexpr", "WHOLE": "constexpr",
                  "STAGES": "constexpr",
                  "WORKER_REGS": "constexpr", "KV_IN_REGISTERS": "constexpr", "HEADS_PER_GROUP": "constexpr",
