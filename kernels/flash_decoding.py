@@ -348,11 +348,16 @@ class Decoder:
     def _signature(*tensors):
         return tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in tensors)
 
-    def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor,
-                 block_table: torch.Tensor | None = None):
+    def check(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor,
+              block_table: torch.Tensor | None = None) -> None:
+        """Raise unless these tensors have the planned shapes, strides, dtypes and devices (no GPU work)."""
         if self._signature(q, k_cache, v_cache, cache_lens, block_table) != self.planned:
             raise ValueError("these tensors' shapes, strides, dtypes or devices differ from the planned ones; make a "
                              "new Decoder for them")
+
+    def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor,
+                 block_table: torch.Tensor | None = None):
+        self.check(q, k_cache, v_cache, cache_lens, block_table)
         if self.rows == 0:
             return (self.out, self.lse) if self.return_lse else self.out
         if self.interpreted_bf16:  # Triton's CPU interpreter computes tl.dot on bf16 wrongly (chapter 5): upcast
