@@ -23,6 +23,7 @@ bottom-right (chapter 6): with Nq new queries and length L, query t sits at posi
 
 from __future__ import annotations
 
+import collections
 import math
 
 import torch
@@ -323,13 +324,9 @@ class Decoder:
         self.return_lse = return_lse
         head_dim_pad = max(triton.next_power_of_2(head_dim), 16)
         self.rows = batch * q_heads * n_q
-        self.out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
-        self.lse = torch.empty((batch, q_heads, n_q), device=q.device, dtype=torch.float32)
-        if self.num_splits > 1:
-            self.o_part = torch.empty((self.rows, self.num_splits, head_dim_pad), device=q.device, dtype=torch.float32)
-            self.lse_part = torch.empty((self.rows, self.num_splits), device=q.device, dtype=torch.float32)
-        else:  # no partial states: the split kernel writes out and lse itself
-            self.o_part, self.lse_part = self.out, self.lse
+        self.shapes = (q.shape, (batch, q_heads, n_q), (self.rows, self.num_splits, head_dim_pad),
+                       (self.rows, self.num_splits))
+        self.out, self.lse, self.o_part, self.lse_part = self.new_buffers(q.device, q.dtype)
         self.interpreted_bf16 = kernels.interpreting() and q.dtype == torch.bfloat16
         pdl = programmatic_launch(q.device)
         self.split_grid = (self.num_splits, batch * kv_heads)
@@ -343,6 +340,16 @@ class Decoder:
         self.merge_meta = dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=self.num_splits,
                                SPLITS_PAD=triton.next_power_of_2(self.num_splits), PDL=pdl, launch_pdl=pdl)
         self.sm_scale = sm_scale
+
+    def new_buffers(self, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        """The output, its logsumexp and (with more than one split) the partial states, uninitialized."""
+        out_shape, lse_shape, o_part_shape, lse_part_shape = self.shapes
+        out = torch.empty(out_shape, device=device, dtype=dtype)
+        lse = torch.empty(lse_shape, device=device, dtype=torch.float32)
+        if self.num_splits == 1:  # no partial states: the split kernel writes out and lse itself
+            return out, lse, out, lse
+        return (out, lse, torch.empty(o_part_shape, device=device, dtype=torch.float32),
+                torch.empty(lse_part_shape, device=device, dtype=torch.float32))
 
     @staticmethod
     def _signature(*tensors):
@@ -358,23 +365,27 @@ class Decoder:
     def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor,
                  block_table: torch.Tensor | None = None):
         self.check(q, k_cache, v_cache, cache_lens, block_table)
+        return self.launch(q, k_cache, v_cache, cache_lens, block_table, self.out, self.lse, self.o_part,
+                           self.lse_part)
+
+    def launch(self, q, k_cache, v_cache, cache_lens, block_table, out, lse, o_part, lse_part):
+        """The two launches into the given buffers (new_buffers' four), for tensors already checked."""
         if self.rows == 0:
-            return (self.out, self.lse) if self.return_lse else self.out
+            return (out, lse) if self.return_lse else out
         if self.interpreted_bf16:  # Triton's CPU interpreter computes tl.dot on bf16 wrongly (chapter 5): upcast
-            out, lse = decode(q.float(), k_cache.float(), v_cache.float(), cache_lens, block_table=block_table,
-                              sm_scale=self.sm_scale, num_splits=self.num_splits, return_lse=True,
-                              check_lengths=False)
-            self.out.copy_(out)
-            self.lse.copy_(lse)
-            return (self.out, self.lse) if self.return_lse else self.out
+            out32, lse32 = decode(q.float(), k_cache.float(), v_cache.float(), cache_lens, block_table=block_table,
+                                  sm_scale=self.sm_scale, num_splits=self.num_splits, return_lse=True,
+                                  check_lengths=False)
+            out.copy_(out32)
+            lse.copy_(lse32)
+            return (out, lse) if self.return_lse else out
         lens = cache_lens if cache_lens.dtype == torch.int32 else cache_lens.to(torch.int32)
         table = lens if block_table is None else block_table  # without pages: a pointer the kernel never reads
-        _decode_split[self.split_grid](q, k_cache, v_cache, lens, table, self.o_part, self.lse_part, self.out,
-                                       self.lse, *self.split_scalars, table.stride(0), *self.split_tail,
-                                       **self.split_meta)
+        _decode_split[self.split_grid](q, k_cache, v_cache, lens, table, o_part, lse_part, out, lse,
+                                       *self.split_scalars, table.stride(0), *self.split_tail, **self.split_meta)
         if self.num_splits > 1:
-            _decode_merge[(self.rows,)](self.o_part, self.lse_part, self.out, self.lse, **self.merge_meta)
-        return (self.out, self.lse) if self.return_lse else self.out
+            _decode_merge[(self.rows,)](o_part, lse_part, out, lse, **self.merge_meta)
+        return (out, lse) if self.return_lse else out
 # --8<-- [end:planned]
 
 
@@ -434,12 +445,13 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_
 
     check_lengths=False skips the checks that every length is between 0 and the capacity and that every page a
     sequence uses is in the pool, which make the host wait for the GPU; the kernel then reads at most the capacity.
-    This is the one-line convenience: it plans the step on every call. A loop that calls it with the same shapes
-    every step should make a Decoder once and call that (or replay a DecodeGraph).
+    This is the one-line convenience over a Decoder: it keeps the plans of the last PLANS_KEPT shapes (the checks of
+    the shapes included, which depend on nothing else) and returns new tensors on every call. A loop that calls it
+    with the same shapes every step saves a little more with a Decoder of its own (or a DecodeGraph).
     """
     block_table = None if block_table is None else block_table.contiguous()
-    step = Decoder(q, k_cache, v_cache, cache_lens, block_table=block_table, sm_scale=sm_scale,
-                   num_splits=num_splits, block_n=block_n, num_stages=num_stages, return_lse=return_lse)
+    step = _planned(q, k_cache, v_cache, cache_lens, block_table, sm_scale=sm_scale, num_splits=num_splits,
+                    block_n=block_n, num_stages=num_stages, return_lse=return_lse)
     if check_lengths and cache_lens.numel():
         low, high = int(cache_lens.min()), int(cache_lens.max())
         if low < 0 or high > step.capacity:
@@ -452,5 +464,25 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_
             if used.numel() and (int(used.min()) < 0 or int(used.max()) >= k_cache.shape[0]):
                 raise ValueError(f"block_table must give every page a sequence uses as an index into the pool of "
                                  f"{k_cache.shape[0]} pages, got {int(used.min())} to {int(used.max())}")
-    return step(q, k_cache, v_cache, cache_lens, block_table)
+    return step.launch(q, k_cache, v_cache, cache_lens, block_table, *step.new_buffers(q.device, q.dtype))
+
+
+PLANS_KEPT = 64
+_plans: collections.OrderedDict = collections.OrderedDict()
+
+
+def _planned(q, k_cache, v_cache, cache_lens, block_table, **options) -> Decoder:
+    """The Decoder planned for these tensors' shapes, strides, dtypes and devices and these options: from the last
+    PLANS_KEPT, or made now (which checks the inputs) and kept."""
+    key = (Decoder._signature(q, k_cache, v_cache, cache_lens, block_table), tuple(sorted(options.items())))
+    step = _plans.get(key)
+    if step is None:
+        step = Decoder(q, k_cache, v_cache, cache_lens, block_table=block_table, **options)
+        step.out = step.lse = step.o_part = step.lse_part = None  # decode() gives each call new buffers
+        _plans[key] = step
+        if len(_plans) > PLANS_KEPT:
+            _plans.popitem(last=False)
+    else:
+        _plans.move_to_end(key)
+    return step
 # --8<-- [end:wrapper]

@@ -258,6 +258,26 @@ def test_a_planned_decoder_refuses_other_shapes(device):
         step(q[:1], k[:1], v[:1], lens[:1])
 
 
+def test_decode_keeps_plans_but_returns_new_tensors_every_call(device, monkeypatch):
+    """decode() plans a shape once; each call still gets its own output, and a plan for other shapes is not reused
+    for bad inputs (they are checked when their plan is made)."""
+    monkeypatch.setattr(fd, "_plans", type(fd._plans)())
+    monkeypatch.setattr(fd, "PLANS_KEPT", 2)
+    q, k, v = make(2, 4, 2, 1, 64, 16, torch.float32, device, seed=3)
+    lens = torch.tensor([10, 64], device=device, dtype=torch.int32)
+    first = fd.decode(q, k, v, lens)
+    second = fd.decode(q * 2, k, v, lens)
+    assert first.data_ptr() != second.data_ptr() and len(fd._plans) == 1
+    for out, queries in ((first, q), (second, q * 2)):
+        expected, _ = reference(queries, k, v, lens.cpu())
+        assert (out.double().cpu() - expected).norm() / expected.norm() <= RTOL[torch.float32]
+    with pytest.raises(ValueError, match="multiple of the KV heads"):
+        fd.decode(q[:, :3], k, v, lens)
+    fd.decode(q[:1], k[:1], v[:1], lens[:1])  # a second shape: a second plan
+    fd.decode(torch.cat([q, q], dim=2), k, v, lens)  # a third (two new queries): the oldest plan is forgotten
+    assert len(fd._plans) == 2 and all(key[0][0][0][0] == 1 or key[0][0][0][2] == 2 for key in fd._plans)
+
+
 def test_split_ranges_follow_the_lengths_not_the_capacity(device):
     """64 keys in a cache for 1024: with 4 splits, every split reads a share of them (each
     split's partial state is finite); split by the capacity, three of the four would read nothing."""
