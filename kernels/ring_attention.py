@@ -29,6 +29,7 @@ import torch.distributed as dist
 LAYOUTS = ("contiguous", "zigzag")
 
 
+# --8<-- [start:layout]
 def positions(n_local: int, rank: int, world: int, layout: str, device=None) -> torch.Tensor:
     """The sequence positions of the n_local rows that `rank` holds under `layout`."""
     if layout == "contiguous":
@@ -37,6 +38,7 @@ def positions(n_local: int, rank: int, world: int, layout: str, device=None) -> 
     first = torch.arange(rank * half, (rank + 1) * half, device=device)
     second = torch.arange((2 * world - 1 - rank) * half, (2 * world - rank) * half, device=device)
     return torch.cat([first, second])
+# --8<-- [end:layout]
 
 
 def shard(x: torch.Tensor, rank: int, world: int, layout: str, dim: int = 2) -> torch.Tensor:
@@ -75,6 +77,7 @@ def _sees_any(q_pos, k_pos, causal: bool) -> bool:
     return not causal or bool(k_pos.min() <= q_pos.max())
 
 
+# --8<-- [start:pass_on]
 def _pass_on(tensors, group, world: int, rank: int):
     """Send these tensors to the next rank and receive the previous rank's, started now; returns (wait, received)."""
     received = [torch.empty_like(t) for t in tensors]
@@ -87,8 +90,10 @@ def _pass_on(tensors, group, world: int, rank: int):
             request.wait()
         return received
     return wait
+# --8<-- [end:pass_on]
 
 
+# --8<-- [start:forward]
 def ring_forward(q, k, v, causal: bool, layout: str, scale: float, group=None):
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     q_pos = positions(q.shape[2], rank, world, layout, q.device)
@@ -103,8 +108,10 @@ def ring_forward(q, k, v, causal: bool, layout: str, scale: float, group=None):
         if wait is not None:
             k, v = wait()
     return out, lse
+# --8<-- [end:forward]
 
 
+# --8<-- [start:backward]
 def ring_backward(do, q, k, v, out, lse, causal: bool, layout: str, scale: float, group=None):
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     b, h, n, d = q.shape
@@ -135,6 +142,7 @@ def ring_backward(do, q, k, v, out, lse, causal: bool, layout: str, scale: float
         elif world > 1:
             dk, dv = _pass_on((dk, dv), group, world, rank)()
     return dq, dk, dv
+# --8<-- [end:backward]
 
 
 def check_inputs(q, k, v, layout: str, group=None) -> None:

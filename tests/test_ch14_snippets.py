@@ -1,0 +1,30 @@
+"""Chapter 14 snippets: each prints what its page shows, and what it prints is true."""
+
+from book import snippets
+
+
+def test_ring_steps_equal_one_gpu_and_zigzag_balances_the_causal_work():
+    stored, fresh = snippets.check("snippets/ch14/ring_steps.py")
+    assert fresh == stored
+    assert "step 1: GPU 0 has GPU 3's, GPU 1 has GPU 0's" in fresh  # K and V move one GPU on per step
+    assert fresh.count("max difference from one GPU") == 4
+    differences = [float(line.split("one GPU ")[1].split(";")[0]) for line in fresh.splitlines() if "one GPU" in line]
+    assert max(differences) < 1e-12
+    assert "causal=True  contiguous: max difference" in fresh and "[36, 100, 164, 228], busiest / average 1.73" in fresh
+    assert "causal=True  zigzag    :" in fresh and "[132, 132, 132, 132], busiest / average 1.00" in fresh
+
+
+def test_ulysses_equals_one_gpu_and_counts_the_bytes_of_both_schemes():
+    stored, fresh = snippets.check("snippets/ch14/ulysses_steps.py")
+    assert fresh == stored
+    assert "max difference from one GPU 0.0e+00" in fresh
+    # ring: (P - 1) x K and V of N/P tokens; all-to-all: (P - 1)/P of Q, K, V and O of N/P tokens
+    assert "32/8 heads on 2 GPUs: ring 256 MiB, all-to-all 640 MiB" in fresh
+    assert "32/32 heads on 8 GPUs: ring 1,792 MiB, all-to-all 448 MiB" in fresh
+
+
+def test_two_gloo_ranks_equal_one_process_in_output_and_every_gradient():
+    stored, fresh = snippets.check("snippets/ch14/ring_two_ranks.py")
+    assert fresh == stored
+    assert "rank 0 holds positions [0, 1, 2, 9, 10, 11]" in fresh  # zigzag: one early and one late chunk
+    assert fresh.count("output True, dQ True, dK True, dV True") == 2
