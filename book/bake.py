@@ -50,7 +50,8 @@ from book.bench import by_name
 
 log = logging.getLogger("mkdocs.plugins.book")
 
-MARKER = re.compile(r"^<!-- results: (?P<benchmark>\w+) (?P<view>[\w-]+) -->$", re.MULTILINE)
+# A marker may be indented (inside an admonition or a collapsed block); its view is indented alike.
+MARKER = re.compile(r"^(?P<indent>[ ]*)<!-- results: (?P<benchmark>\w+) (?P<view>[\w-]+) -->$", re.MULTILINE)
 FIGURE = re.compile(r"^<!-- figure: (?P<module>[\w.]+):(?P<function>\w+) -->$", re.MULTILINE)
 STEPPER = re.compile(r"^<!-- stepper: (?P<name>[\w-]+)(?P<options>(?: [\w-]+=[\w.,-]+)*) -->$", re.MULTILINE)
 CHAPTER = re.compile(r"^chapters/(?P<number>\d\d)-[\w-]+\.md$")
@@ -129,6 +130,9 @@ def transform(markdown: str, src_uri: str, rendered: Rendered, notebook: str | N
     figures_dir = posixpath.relpath("figures", posixpath.dirname(src_uri) or ".")
 
     def replace(match: re.Match) -> str:
+        return textwrap.indent(view(match), match["indent"])
+
+    def view(match: re.Match) -> str:
         bodies = rendered.views.get((match["benchmark"], match["view"]), [])
         if not bodies:
             log.info("No results yet for %s (page %s)", match["benchmark"], src_uri)
