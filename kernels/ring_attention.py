@@ -11,12 +11,14 @@ own dQ; the dK and dV of a chunk travel with it and collect the share of every r
 brings them home.
 
 Causal masks unbalance the ring when rank r holds the r-th contiguous chunk: rank 0's queries see only its own
-keys, the last rank's see all of them. The zigzag layout cuts the sequence into 2 x world chunks and gives rank r
-chunks r and 2 x world - 1 - r, so every rank holds one early and one late chunk and does the same work. Every
-mask here is built from the positions the layout gives each row, so one code path serves both layouts.
+keys, the last rank's see all of them. The zigzag layout cuts the sequence into 2 x world pieces and gives rank r
+pieces r and 2 x world - 1 - r, so every rank holds one early and one late piece and does the same work.
 
-This module computes each block in PyTorch (`block_attention`), in the inputs' dtype; it runs on CPUs over the
-gloo backend as well as on GPUs over NCCL. Grouped-query attention: k and v may have fewer heads than q.
+Either way a rank's rows are one or two whole pieces, so every block splits into pairs of pieces that are seen
+whole, causal within (a piece against itself) or not at all: ordinary attention calls. On a GPU the book's kernels
+run them (chapter 9's forward returns the logsumexp the merge needs; chapter 11's backward takes the final one);
+on a CPU, PyTorch does, and the ring runs over the gloo backend, which is how the tests run it. Grouped-query
+attention: k and v may have fewer heads than q.
 """
 
 from __future__ import annotations
@@ -30,14 +32,28 @@ LAYOUTS = ("contiguous", "zigzag")
 
 
 # --8<-- [start:layout]
+def pieces(rank: int, world: int, layout: str) -> list[int]:
+    """The pieces of the sequence that `rank` holds, in order: the sequence is cut into `world` equal pieces
+    (contiguous) or 2 x world (zigzag), and a rank holds piece `rank`, or pieces rank and 2 x world - 1 - rank."""
+    return [rank] if layout == "contiguous" else [rank, 2 * world - 1 - rank]
+
+
 def positions(n_local: int, rank: int, world: int, layout: str, device=None) -> torch.Tensor:
     """The sequence positions of the n_local rows that `rank` holds under `layout`."""
-    if layout == "contiguous":
-        return torch.arange(rank * n_local, (rank + 1) * n_local, device=device)
-    half = n_local // 2  # zigzag: chunks rank and 2 * world - 1 - rank, each of half the rows
-    first = torch.arange(rank * half, (rank + 1) * half, device=device)
-    second = torch.arange((2 * world - 1 - rank) * half, (2 * world - rank) * half, device=device)
-    return torch.cat([first, second])
+    size = n_local // len(pieces(rank, world, layout))
+    return torch.cat([torch.arange(p * size, (p + 1) * size, device=device) for p in pieces(rank, world, layout)])
+
+
+def piece_pairs(rank: int, source: int, world: int, layout: str, causal: bool):
+    """Which pieces of this rank's queries meet which pieces of `source`'s keys, and how: (query piece index, key
+    piece index, causal). With a causal mask a key piece after the query piece is skipped, the same piece is a
+    diagonal block (causal within it), and an earlier one is seen whole."""
+    for i, a in enumerate(pieces(rank, world, layout)):
+        for j, c in enumerate(pieces(source, world, layout)):
+            if not causal or c < a:
+                yield i, j, False
+            elif c == a:
+                yield i, j, True
 # --8<-- [end:layout]
 
 
@@ -52,18 +68,56 @@ def shard(x: torch.Tensor, rank: int, world: int, layout: str, dim: int = 2) -> 
     return x.index_select(dim, index).contiguous()
 
 
-def block_attention(q, k, v, q_pos, k_pos, causal: bool, scale: float):
-    """(out, lse) of q's rows against one K/V chunk; rows that see no key give 0 and -inf."""
-    b, h, n, d = q.shape
-    group = h // k.shape[1]
-    qg = q.view(b, k.shape[1], group, n, d)
-    s = torch.einsum("bhgnd,bhmd->bhgnm", qg, k) * scale
-    if causal:
-        s = s.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
+# --8<-- [start:blocks]
+def block_forward(q, k, v, causal: bool, scale: float, use_kernels: bool):
+    """(out, natural-log lse) of one block: the book's kernels (chapter 9's fast forward for fp16 and bf16 on a
+    GPU, chapter 5's otherwise), or PyTorch. Rows that see no key give 0 and -inf."""
+    if use_kernels:
+        from kernels import flash_attention, flash_attention_fast
+
+        fast = q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+        attention = flash_attention_fast.attention if fast else flash_attention.attention
+        return attention(q, k, v, causal=causal, sm_scale=scale, return_lse=True)
+    s = _scores(q, k, causal, scale)
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse)[..., None])
-    out = torch.einsum("bhgnm,bhmd->bhgnd", p, v)
-    return out.reshape(b, h, n, d), lse.reshape(b, h, n)
+    return _grouped(torch.einsum("bhgnm,bhmd->bhgnd", p, v)), _grouped(lse)
+
+
+def block_backward(do, q, k, v, out, lse, causal: bool, scale: float, use_kernels: bool):
+    """(dq, dk, dv) of one block, given the whole ring's output and logsumexp for these query rows: each block
+    rebuilds its probabilities P = exp(S - L) from the final L, as chapter 10's backward does."""
+    if use_kernels:
+        from kernels import flash_attention_backward, flash_attention_backward_fast
+
+        fast = q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+        backward = flash_attention_backward_fast if fast else flash_attention_backward
+        return backward.attention_backward(do, q, k, v, out, lse, causal=causal, sm_scale=scale)
+    b, h, n, d = q.shape
+    kv_heads = k.shape[1]
+    qg, dog = (t.view(b, kv_heads, h // kv_heads, n, d) for t in (q, do))
+    lse_g = lse.view(b, kv_heads, h // kv_heads, n)
+    delta = (dog * out.view(qg.shape)).sum(-1)  # D, chapter 10
+    p = torch.exp(_scores(q, k, causal, scale) - torch.where(torch.isinf(lse_g), 0.0, lse_g)[..., None])
+    dv = torch.einsum("bhgnm,bhgnd->bhmd", p, dog)
+    ds = p * (torch.einsum("bhgnd,bhmd->bhgnm", dog, v) - delta[..., None])
+    dq = _grouped(torch.einsum("bhgnm,bhmd->bhgnd", ds, k) * scale)
+    return dq, torch.einsum("bhgnm,bhgnd->bhmd", ds, qg) * scale, dv
+
+
+def _scores(q, k, causal: bool, scale: float):
+    """S = Q Kᵀ · scale with the query heads of each K/V head grouped: (batch, kv heads, group, n, m)."""
+    b, h, n, d = q.shape
+    s = torch.einsum("bhgnd,bhmd->bhgnm", q.view(b, k.shape[1], h // k.shape[1], n, d), k) * scale
+    if causal:  # a diagonal block: query i sees keys 0..i of the same piece
+        s = s.masked_fill(torch.ones(n, k.shape[2], dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return s
+
+
+def _grouped(t):
+    """(batch, kv heads, group, ...) back to (batch, query heads, ...)."""
+    return t.reshape(t.shape[0], t.shape[1] * t.shape[2], *t.shape[3:])
+# --8<-- [end:blocks]
 
 
 def merge(out, lse, block_out, block_lse):
@@ -73,13 +127,10 @@ def merge(out, lse, block_out, block_lse):
     return (out * torch.exp(lse - safe)[..., None] + block_out * torch.exp(block_lse - safe)[..., None]), new_lse
 
 
-def _sees_any(q_pos, k_pos, causal: bool) -> bool:
-    return not causal or bool(k_pos.min() <= q_pos.max())
-
-
 # --8<-- [start:pass_on]
 def _pass_on(tensors, group, world: int, rank: int):
-    """Send these tensors to the next rank and receive the previous rank's, started now; returns (wait, received)."""
+    """Start sending these tensors to the next rank and receiving the previous rank's; returns a function that waits
+    for both and returns what was received."""
     received = [torch.empty_like(t) for t in tensors]
     ops = [dist.P2POp(dist.isend, t, (rank + 1) % world, group) for t in tensors]
     ops += [dist.P2POp(dist.irecv, t, (rank - 1) % world, group) for t in received]
@@ -93,106 +144,122 @@ def _pass_on(tensors, group, world: int, rank: int):
 # --8<-- [end:pass_on]
 
 
+def _split(t, parts: int):
+    """A rank's rows as its pieces, each contiguous (as the kernels ask)."""
+    return [piece.contiguous() for piece in t.chunk(parts, dim=2)]
+
+
 # --8<-- [start:forward]
-def ring_forward(q, k, v, causal: bool, layout: str, scale: float, group=None):
+def ring_forward(q, k, v, causal: bool, layout: str, scale: float, use_kernels: bool, group=None):
     world, rank = dist.get_world_size(group), dist.get_rank(group)
-    q_pos = positions(q.shape[2], rank, world, layout, q.device)
-    out = torch.zeros_like(q)
-    lse = torch.full(q.shape[:3], float("-inf"), dtype=q.dtype, device=q.device)
+    parts = len(pieces(rank, world, layout))
+    acc = torch.promote_types(q.dtype, torch.float32)  # partial results merge in fp32 (fp64 stays fp64)
+    outs = [torch.zeros(piece.shape, dtype=acc, device=q.device) for piece in _split(q, parts)]
+    lses = [torch.full(piece.shape[:3], float("-inf"), dtype=acc, device=q.device) for piece in _split(q, parts)]
     for step in range(world):
-        source = (rank - step) % world
-        wait = _pass_on((k, v), group, world, rank) if step < world - 1 else None  # overlap: send while computing
-        k_pos = positions(k.shape[2], source, world, layout, q.device)
-        if _sees_any(q_pos, k_pos, causal):
-            out, lse = merge(out, lse, *block_attention(q, k, v, q_pos, k_pos, causal, scale))
+        source = (rank - step) % world  # whose K and V this rank holds now
+        wait = _pass_on((k, v), group, world, rank) if step < world - 1 else None  # sent on while we compute
+        q_pieces, k_pieces, v_pieces = (_split(t, parts) for t in (q, k, v))
+        for i, j, diagonal in piece_pairs(rank, source, world, layout, causal):
+            block_out, block_lse = block_forward(q_pieces[i], k_pieces[j], v_pieces[j], diagonal, scale, use_kernels)
+            outs[i], lses[i] = merge(outs[i], lses[i], block_out.to(acc), block_lse.to(acc))
         if wait is not None:
             k, v = wait()
-    return out, lse
+    return torch.cat(outs, dim=2).to(q.dtype), torch.cat(lses, dim=2)
 # --8<-- [end:forward]
 
 
 # --8<-- [start:backward]
-def ring_backward(do, q, k, v, out, lse, causal: bool, layout: str, scale: float, group=None):
+def ring_backward(do, q, k, v, out, lse, causal: bool, layout: str, scale: float, use_kernels: bool, group=None):
     world, rank = dist.get_world_size(group), dist.get_rank(group)
-    b, h, n, d = q.shape
-    kv_heads = k.shape[1]
-    g = h // kv_heads
-    q_pos = positions(n, rank, world, layout, q.device)
-    delta = (do * out).sum(-1)  # D, chapter 10
-    dq = torch.zeros_like(q)
-    dk, dv = torch.zeros_like(k), torch.zeros_like(v)
-    qg, dog = q.view(b, kv_heads, g, n, d), do.view(b, kv_heads, g, n, d)
-    lse_g, delta_g = lse.view(b, kv_heads, g, n), delta.view(b, kv_heads, g, n)
+    parts = len(pieces(rank, world, layout))
+    acc = torch.promote_types(q.dtype, torch.float32)  # gradients add up in fp32 (fp64 stays fp64)
+    q_pieces, do_pieces, out_pieces, lse_pieces = (_split(t, parts) for t in (q, do, out, lse))
+    dq = [torch.zeros(piece.shape, dtype=acc, device=q.device) for piece in q_pieces]
+    dk, dv = (torch.zeros(t.shape, dtype=acc, device=q.device) for t in (k, v))  # travel with K and V
     for step in range(world):
         source = (rank - step) % world
-        k_pos = positions(k.shape[2], source, world, layout, q.device)
-        if _sees_any(q_pos, k_pos, causal):
-            s = torch.einsum("bhgnd,bhmd->bhgnm", qg, k) * scale
-            if causal:
-                s = s.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
-            p = torch.exp(s - torch.where(torch.isinf(lse_g), 0.0, lse_g)[..., None])
-            dv = dv + torch.einsum("bhgnm,bhgnd->bhmd", p, dog)
-            dp = torch.einsum("bhgnd,bhmd->bhgnm", dog, v)
-            ds = p * (dp - delta_g[..., None])
-            dq = dq + (torch.einsum("bhgnm,bhmd->bhgnd", ds, k) * scale).reshape(b, h, n, d)
-            dk = dk + torch.einsum("bhgnm,bhgnd->bhmd", ds, qg) * scale
-        # K and V go on while another rank still needs them; dK and dV one step more, which brings them home
-        if step < world - 1:
-            k, v, dk, dv = _pass_on((k, v, dk, dv), group, world, rank)()
-        elif world > 1:
+        # K and V go on while this step computes, as long as another rank still needs them
+        kv_sent = _pass_on((k, v), group, world, rank) if step < world - 1 else None
+        k_pieces, v_pieces = _split(k, parts), _split(v, parts)
+        dk_pieces, dv_pieces = dk.chunk(parts, dim=2), dv.chunk(parts, dim=2)  # views: adds go into dk and dv
+        for i, j, diagonal in piece_pairs(rank, source, world, layout, causal):
+            grads = block_backward(do_pieces[i], q_pieces[i], k_pieces[j], v_pieces[j], out_pieces[i],
+                                   lse_pieces[i], diagonal, scale, use_kernels)
+            dq[i] += grads[0].to(acc)
+            dk_pieces[j].add_(grads[1].to(acc))
+            dv_pieces[j].add_(grads[2].to(acc))
+        # dK and dV go on once this step has added to them, one step more than K and V, which brings them home
+        if world > 1:
             dk, dv = _pass_on((dk, dv), group, world, rank)()
-    return dq, dk, dv
+        if kv_sent is not None:
+            k, v = kv_sent()
+    return torch.cat(dq, dim=2).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 # --8<-- [end:backward]
 
 
-def check_inputs(q, k, v, layout: str, group=None) -> None:
-    """Clear errors, raised on every rank alike: the same shapes everywhere, a layout that divides the chunk."""
+def _local_problem(q, k, v, layout: str, backend: str) -> str | None:
+    """What is wrong with this rank's own inputs, or None."""
     if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        return f"layout must be one of {LAYOUTS}, got {layout!r}"
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.ndim != 4:
-            raise ValueError(f"{name} must be (batch, heads, local sequence, head_dim), got {tuple(t.shape)}")
+            return f"{name} must be (batch, heads, local sequence, head_dim), got {tuple(t.shape)}"
     if k.shape != v.shape or k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3] or k.shape[2] != q.shape[2]:
-        raise ValueError(f"k and v must be (batch={q.shape[0]}, kv_heads, {q.shape[2]}, {q.shape[3]}), got "
-                         f"{tuple(k.shape)} and {tuple(v.shape)}")
+        return (f"k and v must be (batch={q.shape[0]}, kv_heads, {q.shape[2]}, {q.shape[3]}), got {tuple(k.shape)} "
+                f"and {tuple(v.shape)}")
     if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
-        raise ValueError(f"the query heads ({q.shape[1]}) must be a multiple of the K/V heads ({k.shape[1]})")
+        return f"the query heads ({q.shape[1]}) must be a multiple of the K/V heads ({k.shape[1]})"
     if layout == "zigzag" and q.shape[2] % 2:
-        raise ValueError(f"the zigzag layout gives each rank two equal chunks: the local length must be even, got "
-                         f"{q.shape[2]} (the whole sequence must divide by 2 x world size)")
-    backend = dist.get_backend(group)
+        return (f"the zigzag layout gives each rank two equal pieces: the local length must be even, got "
+                f"{q.shape[2]} (the whole sequence must divide by 2 x world size)")
     if (backend == "nccl") != q.is_cuda:
-        raise ValueError(f"a process group of backend {backend!r} cannot carry tensors on {q.device}: use nccl for "
-                         f"CUDA tensors and gloo for CPU tensors")
-    mine = torch.tensor([*q.shape, *k.shape], dtype=torch.int64, device=q.device)
-    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(everyone, mine, group=group)
-    if any(not torch.equal(theirs, mine) for theirs in everyone):
-        shapes = sorted({tuple(t.tolist()) for t in everyone})
-        raise ValueError(f"every rank must hold chunks of the same shapes (q then k); the ranks hold {shapes}")
+        return (f"a process group of backend {backend!r} cannot carry tensors on {q.device}: use nccl for CUDA "
+                f"tensors and gloo for CPU tensors")
+    return None
+
+
+def check_inputs(q, k, v, layout: str, group=None) -> None:
+    """Clear errors, raised on every rank alike. Every rank first shares what it found wrong with its own inputs and
+    its shapes (one small gather), so that a problem on one rank stops all of them instead of leaving the others
+    waiting for its messages."""
+    mine = (_local_problem(q, k, v, layout, dist.get_backend(group)), tuple(q.shape), tuple(k.shape), layout)
+    everyone = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, mine, group=group)
+    problems = [f"rank {rank}: {problem}" for rank, (problem, *_) in enumerate(everyone) if problem]
+    if problems:
+        raise ValueError("; ".join(problems))
+    if len({tuple(theirs[1:]) for theirs in everyone}) > 1:
+        held = "; ".join(f"rank {rank}: q {q_shape}, k {k_shape}, {how}"
+                         for rank, (_, q_shape, k_shape, how) in enumerate(everyone))
+        raise ValueError(f"every rank must hold chunks of the same shapes, in the same layout; {held}")
 
 
 class RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, layout, scale, group):
-        out, lse = ring_forward(q, k, v, causal, layout, scale, group)
+    def forward(ctx, q, k, v, causal, layout, scale, use_kernels, group):
+        out, lse = ring_forward(q, k, v, causal, layout, scale, use_kernels, group)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.settings = (causal, layout, scale, group)
+        ctx.settings = (causal, layout, scale, use_kernels, group)
         return out
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = ring_backward(do.contiguous(), q, k, v, out, lse, *ctx.settings)
-        return dq, dk, dv, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None
 
 
 def attention(q, k, v, *, causal: bool = False, layout: str = "contiguous", sm_scale: float | None = None,
-              group=None):
+              use_kernels: bool | None = None, group=None):
     """softmax(Q Kᵀ · scale) V for this rank's chunk of queries against every rank's keys, differentiable.
 
     q (batch, heads, n, head_dim) and k, v (batch, kv_heads, n, head_dim) are this rank's chunks of one sequence
-    under `layout` (`shard` cuts them from the whole); every rank calls this with chunks of the same shapes."""
+    under `layout` (`shard` cuts them from the whole); every rank calls this with chunks of the same shapes.
+    use_kernels: compute each block with the book's kernels (the default on a GPU) or in PyTorch (the default on
+    a CPU, where the kernels run in Triton's slow interpreter)."""
     check_inputs(q, k, v, layout, group)
     scale = 1 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
-    return RingAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), causal, layout, scale, group)
+    use_kernels = q.is_cuda if use_kernels is None else use_kernels
+    return RingAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), causal, layout, scale, use_kernels,
+                               group)

@@ -53,15 +53,38 @@ def _compare(rank, world, init_file):
         dist.destroy_process_group()
 
 
+def _compare_kernels(rank, world, init_file):
+    """The same ring with every block computed by the book's kernels (Triton's interpreter on a CPU), fp32."""
+    _join(rank, world, init_file)
+    try:
+        for layout in ring.LAYOUTS:
+            g = torch.Generator().manual_seed(1)
+            n = world * 6
+            q, k, v, do = (torch.randn(1, 2, n, 16, generator=g) for _ in range(4))
+            leaves = [t.clone().double().requires_grad_() for t in (q, k, v)]
+            expected = _reference(*leaves, True)
+            expected.backward(do.double())
+            mine = [ring.shard(t, rank, world, layout).requires_grad_() for t in (q, k, v)]
+            out = ring.attention(*mine, causal=True, layout=layout, use_kernels=True)
+            out.backward(ring.shard(do, rank, world, layout))
+            for got, want in zip([out, *(m.grad for m in mine)], [expected, *(leaf.grad for leaf in leaves)],
+                                 strict=True):
+                torch.testing.assert_close(got.double(), ring.shard(want.detach(), rank, world, layout), rtol=1e-4,
+                                           atol=1e-4, msg=f"kernels, {layout}")
+    finally:
+        dist.destroy_process_group()
+
+
 def _bad_inputs(rank, world, init_file):
     _join(rank, world, init_file)
     try:
         q = torch.randn(1, 2, 4 + rank, 8)  # each rank a different length
         with pytest.raises(ValueError, match="every rank must hold chunks of the same shapes"):
             ring.attention(q, q, q)
-        q = torch.randn(1, 2, 3, 8)
-        with pytest.raises(ValueError, match="local length must be even"):
+        q = torch.randn(1, 2, 3 + rank, 8)  # rank 0 alone has an odd length: both ranks raise, neither waits
+        with pytest.raises(ValueError, match="rank 0: the zigzag layout .* local length must be even, got 3 "):
             ring.attention(q, q, q, layout="zigzag")
+        q = torch.randn(1, 2, 4, 8)
         with pytest.raises(ValueError, match="multiple of the K/V heads"):
             ring.attention(torch.randn(1, 3, 4, 8), q[:, :2, :1].expand(1, 2, 4, 8), q[:, :2, :1].expand(1, 2, 4, 8))
     finally:
@@ -78,8 +101,21 @@ def test_ring_attention_matches_one_process_forward_and_backward(world):
     _spawn(_compare, world)
 
 
+def test_the_book_kernels_inside_the_ring_match_one_process():
+    _spawn(_compare_kernels, 2)
+
+
 def test_bad_inputs_get_the_same_clear_error_on_every_rank():
     _spawn(_bad_inputs, 2)
+
+
+def test_a_block_splits_into_pairs_of_pieces_seen_whole_causal_within_or_skipped():
+    assert list(ring.piece_pairs(1, 0, 2, "contiguous", causal=True)) == [(0, 0, False)]
+    assert list(ring.piece_pairs(0, 1, 2, "contiguous", causal=True)) == []  # keys after every query: skipped
+    # zigzag, 2 ranks: rank 0 holds pieces 0 and 3, rank 1 pieces 1 and 2
+    assert list(ring.piece_pairs(0, 0, 2, "zigzag", causal=True)) == [(0, 0, True), (1, 0, False), (1, 1, True)]
+    assert list(ring.piece_pairs(0, 1, 2, "zigzag", causal=True)) == [(1, 0, False), (1, 1, False)]
+    assert len(list(ring.piece_pairs(0, 1, 2, "zigzag", causal=False))) == 4
 
 
 def test_zigzag_gives_every_rank_one_early_and_one_late_chunk():

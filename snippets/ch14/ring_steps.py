@@ -4,14 +4,14 @@
 # Run: python snippets/ch14/ring_steps.py
 import numpy as np
 
-GPUS, N, D = 4, 32, 8
+GPUS, N, HEAD_DIM = 4, 32, 8
 rng = np.random.default_rng(0)
-q, k, v = (rng.standard_normal((N, D)) for _ in range(3))
+q, k, v = (rng.standard_normal((N, HEAD_DIM)) for _ in range(3))
 
 
 def block(qc, kc, vc, q_pos, k_pos, causal):
     """One GPU's queries against one K/V chunk: (output, logsumexp); rows that see no key give 0 and -inf."""
-    s = qc @ kc.T / np.sqrt(D)
+    s = qc @ kc.T / np.sqrt(HEAD_DIM)
     if causal:
         s = np.where(k_pos[None, :] <= q_pos[:, None], s, -np.inf)
     m = s.max(axis=1, keepdims=True)
@@ -44,7 +44,7 @@ def ring(layout, causal):
     outs, work = [None] * GPUS, [0] * GPUS
     for gpu in range(GPUS):
         q_pos = positions(gpu, layout)
-        out, lse = np.zeros((len(q_pos), D)), np.full(len(q_pos), -np.inf)
+        out, lse = np.zeros((len(q_pos), HEAD_DIM)), np.full(len(q_pos), -np.inf)
         for step in range(GPUS):  # at step s this GPU holds the K/V chunk that started on GPU (gpu - s) mod GPUS
             k_pos = positions((gpu - step) % GPUS, layout)
             o2, l2, scores = block(q[q_pos], k[k_pos], v[k_pos], q_pos, k_pos, causal)
@@ -65,7 +65,7 @@ for step in range(GPUS):
 for causal in (False, True):
     for layout in ("contiguous", "zigzag"):
         outs, work = ring(layout, causal)
-        whole = np.zeros((N, D))
+        whole = np.zeros((N, HEAD_DIM))
         for q_pos, out in outs:
             whole[q_pos] = out
         error = np.abs(whole - one_gpu(causal)).max()

@@ -3,14 +3,14 @@
 # Run: python snippets/ch14/ulysses_steps.py
 import numpy as np
 
-GPUS, HEADS, N, D = 4, 8, 32, 8
+GPUS, HEADS, N, HEAD_DIM = 4, 8, 32, 8
 rng = np.random.default_rng(0)
-q, k, v = (rng.standard_normal((HEADS, N, D)) for _ in range(3))
+q, k, v = (rng.standard_normal((HEADS, N, HEAD_DIM)) for _ in range(3))
 
 
 def attention(qh, kh, vh):
     """Causal attention of every head at once: (heads, n, d) each."""
-    s = qh @ kh.transpose(0, 2, 1) / np.sqrt(D)
+    s = qh @ kh.transpose(0, 2, 1) / np.sqrt(HEAD_DIM)
     s = np.where(np.tri(s.shape[1], dtype=bool), s, -np.inf)
     p = np.exp(s - s.max(axis=2, keepdims=True))
     return p / p.sum(axis=2, keepdims=True) @ vh
