@@ -79,3 +79,11 @@ def test_figures_draw_what_the_snippets_print():
     assert " ".join(f"{p:2d}" for p in grid[3]) in order  # the same grouped numbering as the snippet
     for draw in (ch03.tiling, ch03.grouped_order):
         assert isinstance(draw(), matplotlib.figure.Figure)
+
+
+def test_stage_buffers_one_per_stage_with_wgmma_one_fewer_with_mma_sync():
+    out = _check("stage_buffers")
+    assert "128 x 256 x 64, 3 stages: 144 KiB = 3 x 48 KiB; wgmma" in out
+    assert "128 x 256 x 64, 4 stages: 192 KiB = 4 x 48 KiB; wgmma" in out
+    assert "16 x 64 x 64, 3 stages:  20 KiB = 2 x 10 KiB; mma.sync" in out
+    assert "16 x 64 x 64, 4 stages:  30 KiB = 3 x 10 KiB; mma.sync" in out
