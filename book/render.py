@@ -97,12 +97,23 @@ def _cudnn(provenance: dict) -> str:
     return f', cuDNN {provenance["cudnn"]}' if provenance.get("cudnn") else ""
 
 
+def _telemetry(provenance: dict) -> str:
+    """" While it ran: SM clock 1,755–1,980 MHz, 410–700 W, 38–64 °C." where the run sampled them."""
+    t = provenance.get("telemetry")
+    if not t:
+        return ""
+    spans = [f'SM clock {t["sm_mhz"]["min"]:,.0f}–{t["sm_mhz"]["max"]:,.0f} MHz',
+             f'{t["power_w"]["min"]:,.0f}–{t["power_w"]["max"]:,.0f} W',
+             f'{t["temperature_c"]["min"]:.0f}–{t["temperature_c"]["max"]:.0f} °C']
+    return " While it ran: " + ", ".join(spans) + "."
+
+
 def provenance_line(provenance: dict) -> str:
     commit = _short_commit(provenance["commit"])
     return (
         f'<p class="provenance">Measured on {provenance["gpu"]} (driver {provenance["driver"]}, '
         f'CUDA {provenance["cuda"]}{_cudnn(provenance)}), torch {provenance["torch"]}, triton {provenance["triton"]}, '
-        f'{provenance["date"][:10]}, commit <code>{commit}</code>.</p>'
+        f'{provenance["date"][:10]}, commit <code>{commit}</code>.{_telemetry(provenance)}</p>'
     )
 
 

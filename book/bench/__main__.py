@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from book import results
+from book import results, telemetry
 from book.bench import ALL
 from book.bench.registry import BenchmarkSkipped
 from book.provenance import collect
@@ -46,14 +46,18 @@ def main(argv: list[str] | None = None) -> int:
         started = time.time()
         print(f"[{i}/{len(chosen)}] {benchmark.name}: {benchmark.title}", flush=True)
         try:
-            rows = benchmark.run(lambda message, name=benchmark.name: print(f"  {name}: {message}", flush=True))
+            with telemetry.Sampler() as sampler:  # the clock, power and temperature while it runs
+                rows = benchmark.run(lambda message, name=benchmark.name: print(f"  {name}: {message}", flush=True))
         except BenchmarkSkipped as reason:
             print(f"  skipped {benchmark.name}: {reason}", flush=True)
             continue
+        provenance = collect(benchmark.sources)
+        if sampler.summary():
+            provenance["telemetry"] = sampler.summary()
         result = {
             "schema": 1,
             "benchmark": benchmark.name,
-            "provenance": collect(benchmark.sources),
+            "provenance": provenance,
             "rows": rows,
         }
         path = results.write(result)
