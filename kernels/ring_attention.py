@@ -128,18 +128,21 @@ def merge(out, lse, block_out, block_lse):
 
 
 # --8<-- [start:pass_on]
-def _pass_on(tensors, group, world: int, rank: int):
+def _pass_on(tensors, group, world: int, rank: int, overlap: bool = True):
     """Start sending these tensors to the next rank and receiving the previous rank's; returns a function that waits
-    for both and returns what was received."""
+    for both and returns what was received. overlap=False waits here already (the benchmark's baseline without
+    overlap)."""
     received = [torch.empty_like(t) for t in tensors]
     ops = [dist.P2POp(dist.isend, t, (rank + 1) % world, group) for t in tensors]
     ops += [dist.P2POp(dist.irecv, t, (rank - 1) % world, group) for t in received]
     requests = dist.batch_isend_irecv(ops)
 
     def wait():
-        for request in requests:
-            request.wait()
+        while requests:  # each request waited for once (gloo's receive would wait for another message)
+            requests.pop().wait()
         return received
+    if not overlap:
+        wait()
     return wait
 # --8<-- [end:pass_on]
 
@@ -150,7 +153,8 @@ def _split(t, parts: int):
 
 
 # --8<-- [start:forward]
-def ring_forward(q, k, v, causal: bool, layout: str, scale: float, use_kernels: bool, group=None):
+def ring_forward(q, k, v, causal: bool, layout: str, scale: float, use_kernels: bool, group=None,
+                 overlap: bool = True):
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     parts = len(pieces(rank, world, layout))
     acc = torch.promote_types(q.dtype, torch.float32)  # partial results merge in fp32 (fp64 stays fp64)
@@ -158,7 +162,7 @@ def ring_forward(q, k, v, causal: bool, layout: str, scale: float, use_kernels: 
     lses = [torch.full(piece.shape[:3], float("-inf"), dtype=acc, device=q.device) for piece in _split(q, parts)]
     for step in range(world):
         source = (rank - step) % world  # whose K and V this rank holds now
-        wait = _pass_on((k, v), group, world, rank) if step < world - 1 else None  # sent on while we compute
+        wait = _pass_on((k, v), group, world, rank, overlap) if step < world - 1 else None  # sent while we compute
         q_pieces, k_pieces, v_pieces = (_split(t, parts) for t in (q, k, v))
         for i, j, diagonal in piece_pairs(rank, source, world, layout, causal):
             block_out, block_lse = block_forward(q_pieces[i], k_pieces[j], v_pieces[j], diagonal, scale, use_kernels)
@@ -170,7 +174,8 @@ def ring_forward(q, k, v, causal: bool, layout: str, scale: float, use_kernels: 
 
 
 # --8<-- [start:backward]
-def ring_backward(do, q, k, v, out, lse, causal: bool, layout: str, scale: float, use_kernels: bool, group=None):
+def ring_backward(do, q, k, v, out, lse, causal: bool, layout: str, scale: float, use_kernels: bool, group=None,
+                  overlap: bool = True):
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     parts = len(pieces(rank, world, layout))
     acc = torch.promote_types(q.dtype, torch.float32)  # gradients add up in fp32 (fp64 stays fp64)
@@ -180,7 +185,7 @@ def ring_backward(do, q, k, v, out, lse, causal: bool, layout: str, scale: float
     for step in range(world):
         source = (rank - step) % world
         # K and V go on while this step computes, as long as another rank still needs them
-        kv_sent = _pass_on((k, v), group, world, rank) if step < world - 1 else None
+        kv_sent = _pass_on((k, v), group, world, rank, overlap) if step < world - 1 else None
         k_pieces, v_pieces = _split(k, parts), _split(v, parts)
         dk_pieces, dv_pieces = dk.chunk(parts, dim=2), dv.chunk(parts, dim=2)  # views: adds go into dk and dv
         for i, j, diagonal in piece_pairs(rank, source, world, layout, causal):
@@ -237,29 +242,30 @@ def check_inputs(q, k, v, layout: str, group=None) -> None:
 
 class RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, layout, scale, use_kernels, group):
-        out, lse = ring_forward(q, k, v, causal, layout, scale, use_kernels, group)
+    def forward(ctx, q, k, v, causal, layout, scale, use_kernels, group, overlap):
+        out, lse = ring_forward(q, k, v, causal, layout, scale, use_kernels, group, overlap)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.settings = (causal, layout, scale, use_kernels, group)
+        ctx.settings = (causal, layout, scale, use_kernels, group, overlap)
         return out
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = ring_backward(do.contiguous(), q, k, v, out, lse, *ctx.settings)
-        return dq, dk, dv, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def attention(q, k, v, *, causal: bool = False, layout: str = "contiguous", sm_scale: float | None = None,
-              use_kernels: bool | None = None, group=None):
+              use_kernels: bool | None = None, group=None, overlap: bool = True):
     """softmax(Q Kᵀ · scale) V for this rank's chunk of queries against every rank's keys, differentiable.
 
     q (batch, heads, n, head_dim) and k, v (batch, kv_heads, n, head_dim) are this rank's chunks of one sequence
     under `layout` (`shard` cuts them from the whole); every rank calls this with chunks of the same shapes.
     use_kernels: compute each block with the book's kernels (the default on a GPU) or in PyTorch (the default on
-    a CPU, where the kernels run in Triton's slow interpreter)."""
+    a CPU, where the kernels run in Triton's slow interpreter). overlap=False waits for each send before computing:
+    the same results, slower; the benchmark's baseline for how much of the sending the computing hides."""
     check_inputs(q, k, v, layout, group)
     scale = 1 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     use_kernels = q.is_cuda if use_kernels is None else use_kernels
     return RingAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), causal, layout, scale, use_kernels,
-                               group)
+                               group, overlap)

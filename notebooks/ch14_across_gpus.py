@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+import kernels  # noqa: E402, F401  (before triton: it picks Triton's interpreter when there is no GPU)
 from book.companion import run_snippet  # noqa: E402
 from kernels import ring_attention as ring  # noqa: E402
 

@@ -1,0 +1,273 @@
+"""Chapter 14: ring attention on two GPUs of one host (NCCL), against the same attention on one GPU.
+
+One sequence of N tokens, batch 1, head dim 128, bf16, split over WORLD GPUs; heads 32/8 (Llama-3.1-8B) and 32/32.
+Per row (N, heads, causal, layout): the ring's forward and its forward + backward, each with the sends overlapped
+with the blocks (as kernels/ring_attention.py runs it) and without (each send waited for before the step's
+blocks); the same attention of the whole sequence on one GPU (chapter 9's forward, chapter 11's backward), where
+it fits; and the time of one ring step's sends of K and V alone. Every timing is the slowest rank's, the median of
+REPEATS calls after warm-up, each call started after a barrier (plain calls: NCCL's sends are not captured in CUDA
+graphs here).
+
+Before timing, at the smallest N, each rank's share of the ring's output is compared with the one-GPU output.
+The processes keep NVLink multicast off (NCCL_NVLS_ENABLE=0 and its companions), as shared machines require.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from book import render
+from book.bench.registry import Benchmark, BenchmarkSkipped, Progress
+
+WORLD = 2
+SIZES = [32768, 65536, 131072, 262144]  # tokens in the whole sequence
+HEADS = [(32, 8), (32, 32)]
+HEAD_DIM = 128
+DTYPE = "bfloat16"
+CASES = [(False, "contiguous"), (True, "contiguous"), (True, "zigzag")]  # (causal, layout)
+WARMUP, REPEATS = 2, 7
+RTOL = 2e-2  # bf16 against the one-GPU kernels' bf16 output
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def attention_flops(n: int, heads: int, causal: bool) -> float:
+    return 4 * n * n * heads * HEAD_DIM * (0.5 if causal else 1.0)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Measuring: one process per GPU
+
+
+def run(progress: Progress) -> list[dict]:
+    import torch
+    import torch.multiprocessing as mp
+
+    if torch.cuda.device_count() < WORLD:
+        raise BenchmarkSkipped(f"needs {WORLD} GPUs of one host, found {torch.cuda.device_count()}")
+    rows = measure({"backend": "nccl", "sizes": SIZES, "heads": HEADS, "cases": CASES, "dtype": DTYPE,
+                    "use_kernels": True}, spawn=mp.spawn)
+    for row in rows:
+        progress(_line(row))
+    return rows
+
+
+def measure(config: dict, spawn) -> list[dict]:
+    """Start WORLD processes that measure `config` (rank 0 writes the rows); the tests pass gloo and small sizes."""
+    os.environ.update(MULTICAST_OFF)  # the processes inherit it
+    with tempfile.TemporaryDirectory() as tmp:
+        spawn(_rank_main, args=(tmp, json.dumps(config)), nprocs=WORLD, join=True)
+        return json.loads((Path(tmp) / "rows.json").read_text())
+
+
+def _rank_main(rank: int, tmp: str, config_json: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    config = json.loads(config_json)
+    on_gpu = config["backend"] == "nccl"
+    device = torch.device("cuda", rank) if on_gpu else torch.device("cpu")
+    if on_gpu:
+        torch.cuda.set_device(device)
+    dist.init_process_group(config["backend"], init_method=f"file://{tmp}/init", rank=rank, world_size=WORLD)
+    try:
+        rows = [_row(n, heads, kv_heads, causal, layout, config, device) for n in config["sizes"]
+                for heads, kv_heads in config["heads"] for causal, layout in config["cases"]]
+        if rank == 0:
+            (Path(tmp) / "rows.json").write_text(json.dumps(rows))
+    finally:
+        dist.destroy_process_group()
+
+
+def _row(n, heads, kv_heads, causal, layout, config, device) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    from kernels import ring_attention as ring
+
+    rank = dist.get_rank()
+    dtype = getattr(torch, config["dtype"])
+    generator = torch.Generator(device=device).manual_seed(n + heads + kv_heads)  # the same tensors on every rank
+    q, k, v, do = (torch.randn(1, h, n, HEAD_DIM, generator=generator, device=device, dtype=dtype)
+                   for h in (heads, kv_heads, kv_heads, heads))
+    mine = [ring.shard(t, rank, WORLD, layout) for t in (q, k, v, do)]
+    use_kernels = config["use_kernels"]
+    row = {"kind": "ring", "N": n, "heads": heads, "kv_heads": kv_heads, "causal": causal, "layout": layout,
+           "world": WORLD, "dtype": config["dtype"]}
+
+    def forward(overlap):
+        with torch.no_grad():
+            return ring.attention(*mine[:3], causal=causal, layout=layout, use_kernels=use_kernels, overlap=overlap)
+
+    def training(overlap):
+        leaves = [t.detach().requires_grad_() for t in mine[:3]]
+        out = ring.attention(*leaves, causal=causal, layout=layout, use_kernels=use_kernels, overlap=overlap)
+        return torch.autograd.grad(out, leaves, mine[3])
+
+    whole_forward, whole_training = _one_gpu(q, k, v, do, causal, use_kernels)
+    if n == min(config["sizes"]):
+        expected = ring.shard(whole_forward(), rank, WORLD, layout)
+        got = forward(True)
+        row["error"] = ((got.float() - expected.float()).norm() / expected.norm()).item()
+        assert row["error"] < RTOL, f"ring attention off by {row['error']:.1e} at {row}"
+    for name, fn in (("forward_ms", lambda: forward(True)), ("forward_no_overlap_ms", lambda: forward(False)),
+                     ("training_ms", lambda: training(True)), ("training_no_overlap_ms", lambda: training(False)),
+                     ("send_ms", lambda: ring._pass_on((mine[1], mine[2]), None, WORLD, rank)())):
+        row[name] = _slowest_rank_ms(fn, device)
+    if rank == 0:  # the whole sequence on one GPU, timed alone
+        row["one_gpu_forward_ms"] = _ms(whole_forward, device)
+        row["one_gpu_training_ms"] = _ms(whole_training, device)
+    dist.barrier()
+    return row
+
+
+def _one_gpu(q, k, v, do, causal, use_kernels):
+    """The whole sequence's forward and training step on one device: the book's fast kernels (or, on a CPU, SDPA)."""
+    import torch
+
+    if use_kernels:
+        from kernels import flash_attention_backward_fast, flash_attention_fast
+
+        def forward():
+            with torch.no_grad():
+                return flash_attention_fast.attention(q, k, v, causal=causal)
+
+        def training():
+            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+            return torch.autograd.grad(flash_attention_backward_fast.attention(*leaves, causal=causal), leaves, do)
+        return forward, training
+
+    def sdpa(q_, k_, v_):
+        return torch.nn.functional.scaled_dot_product_attention(q_, k_, v_, is_causal=causal,
+                                                                enable_gqa=q_.shape[1] != k_.shape[1])
+
+    def forward():
+        with torch.no_grad():
+            return sdpa(q, k, v)
+
+    def training():
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        return torch.autograd.grad(sdpa(*leaves), leaves, do)
+    return forward, training
+
+
+def _ms(fn, device) -> float:
+    """Median milliseconds of fn on this device after warm-up (CUDA events on a GPU, the clock on a CPU)."""
+    times = [_ms_once(fn, device) for _ in range(WARMUP + REPEATS)]
+    return statistics.median(times[WARMUP:])
+
+
+def _slowest_rank_ms(fn, device) -> float:
+    """Median over calls of the slowest rank's time: every rank times each call after a barrier, then the ranks
+    keep the largest of their times."""
+    import torch
+    import torch.distributed as dist
+
+    times = []
+    for i in range(WARMUP + REPEATS):
+        dist.barrier()
+        elapsed = _ms_once(fn, device)
+        slowest = torch.tensor([elapsed], dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        if i >= WARMUP:
+            times.append(slowest.item())
+    return statistics.median(times)
+
+
+def _ms_once(fn, device) -> float:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize(device)
+        return start.elapsed_time(end)
+    started = time.perf_counter()
+    fn()
+    return (time.perf_counter() - started) * 1e3
+
+
+def _line(row: dict) -> str:
+    return (f"N={row['N']:,} {row['heads']}/{row['kv_heads']} causal={row['causal']} {row['layout']}: forward "
+            f"{row['forward_ms']:.2f} ms (no overlap {row['forward_no_overlap_ms']:.2f}), training "
+            f"{row['training_ms']:.2f} ms, one GPU {_fmt(row.get('one_gpu_forward_ms'))} / "
+            f"{_fmt(row.get('one_gpu_training_ms'))} ms")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Views
+
+
+def _fmt(value, digits: int = 2) -> str | None:
+    return None if value is None else f"{value:,.{digits}f}"
+
+
+def _rows(result: dict) -> list[dict]:
+    return [r for r in result["rows"] if r["kind"] == "ring"]
+
+
+def _tflops_per_gpu(row: dict, key: str, passes: float = 1.0) -> float:
+    return passes * attention_flops(row["N"], row["heads"], row["causal"]) / row["world"] / (row[key] * 1e-3) / 1e12
+
+
+def _speedup(row: dict, one: str, ring: str) -> str | None:
+    return None if row.get(one) is None else f"{row[one] / row[ring]:.2f}×"
+
+
+def forward_table(result: dict) -> str:
+    body = [[f"{r['N']:,}", f"{r['heads']}/{r['kv_heads']}", "yes" if r["causal"] else "no", r["layout"],
+             _fmt(r["forward_ms"]), f"{_tflops_per_gpu(r, 'forward_ms'):.0f}", _fmt(r.get("one_gpu_forward_ms")),
+             _speedup(r, "one_gpu_forward_ms", "forward_ms"), _fmt(r["forward_no_overlap_ms"]),
+             f"{r['forward_no_overlap_ms'] / r['forward_ms']:.2f}×"] for r in _rows(result)]
+    headers = ["N", "heads q/kv", "causal", "layout", "ring ms", "TFLOP/s per GPU", "one GPU ms",
+               "one GPU / ring", "ring without overlap ms", "without / with overlap"]
+    return render.table(headers, body) + (
+        f"\n\nForward of one sequence, batch 1, head dim {HEAD_DIM}, bf16, on {WORLD} GPUs (the slowest rank's "
+        "time, median of plain calls); one GPU: the same attention of the whole sequence on one GPU. A perfect "
+        f"split would make the ring {WORLD}× faster than one GPU.")
+
+
+def training_table(result: dict) -> str:
+    body = [[f"{r['N']:,}", f"{r['heads']}/{r['kv_heads']}", "yes" if r["causal"] else "no", r["layout"],
+             _fmt(r["training_ms"]), f"{_tflops_per_gpu(r, 'training_ms', 3.5):.0f}",
+             _fmt(r.get("one_gpu_training_ms")), _speedup(r, "one_gpu_training_ms", "training_ms"),
+             f"{r['training_no_overlap_ms'] / r['training_ms']:.2f}×"] for r in _rows(result)]
+    headers = ["N", "heads q/kv", "causal", "layout", "ring ms", "TFLOP/s per GPU", "one GPU ms", "one GPU / ring",
+               "without / with overlap"]
+    return render.table(headers, body) + (
+        "\n\nForward and backward (3.5 times the forward's FLOPs), as the forward table measures them.")
+
+
+def hidden(result: dict) -> str:
+    """How much of the sending the overlap hides: the time saved over the time the sends take alone."""
+    parts = []
+    for r in _rows(result):
+        sends = (r["world"] - 1) * r["send_ms"]
+        if sends > 0:
+            share = (r["forward_no_overlap_ms"] - r["forward_ms"]) / sends
+            mask = f"causal, {r['layout']}" if r["causal"] else "non-causal"
+            parts.append(f"N = {r['N']:,}, {r['heads']}/{r['kv_heads']}, {mask}: {share:.0%}")
+    if not parts:
+        return "This run did not time the sends."
+    return ("Share of the forward's sends (one K/V send per step, timed alone) that overlapping hides: "
+            + "; ".join(parts) + ".")
+
+
+BENCHMARK = Benchmark(
+    name="ring",
+    chapter="ch14",
+    title="Chapter 14: ring attention on two GPUs against one GPU",
+    sources=["kernels/ring_attention.py", "kernels/flash_attention_fast.py", "kernels/flash_attention_hopper.py",
+             "kernels/flash_attention_backward_fast.py", "kernels/flash_attention_backward_hopper.py",
+             "book/bench/ring.py"],
+    run=run,
+    views={"forward": forward_table, "training": training_table, "hidden": hidden},
+    awaiting_gpu="issue 53: needs two GPUs of one host (nvidia-h200-x2)",
+)

@@ -1,0 +1,49 @@
+"""Chapter 14's two-GPU benchmark: its views on made-up rows, and the whole measurement on two CPU processes over
+gloo with tiny shapes (the GPU run uses NCCL and the book's kernels)."""
+
+import torch.multiprocessing as mp
+
+from book.bench import by_name
+from book.bench import ring as bench
+
+
+def _row(n, causal, layout, forward, no_overlap, training, one_gpu, send=1.0):
+    return {"kind": "ring", "N": n, "heads": 32, "kv_heads": 8, "causal": causal, "layout": layout, "world": 2,
+            "dtype": "bfloat16", "forward_ms": forward, "forward_no_overlap_ms": no_overlap, "training_ms": training,
+            "training_no_overlap_ms": training * 1.2, "send_ms": send, "one_gpu_forward_ms": one_gpu,
+            "one_gpu_training_ms": one_gpu * 3}
+
+
+RESULT = {"rows": [_row(32768, False, "contiguous", 10.0, 10.5, 30.0, 18.0),
+                   _row(32768, True, "zigzag", 6.0, 7.0, 18.0, 10.0, send=2.0)]}
+
+
+def test_forward_table_sets_the_ring_against_one_gpu_and_without_overlap():
+    text = bench.forward_table(RESULT)
+    # 4 * 32768^2 * 32 * 128 FLOPs over 2 GPUs in 10 ms: 879.6 TFLOP/s per GPU
+    assert "| 32,768 | 32/8 | no | contiguous | 10.00 | 880 | 18.00 | 1.80× | 10.50 | 1.05× |" in text
+    assert "| 32,768 | 32/8 | yes | zigzag | 6.00 | 733 | 10.00 | 1.67× | 7.00 | 1.17× |" in text
+
+
+def test_hidden_share_is_the_time_saved_over_the_sends_alone():
+    text = bench.hidden(RESULT)
+    assert "N = 32,768, 32/8, non-causal: 50%" in text  # 0.5 ms saved of 1 ms of sends
+    assert "N = 32,768, 32/8, causal, zigzag: 50%" in text  # 1 of 2
+
+
+def test_training_table_counts_three_and_a_half_forwards():
+    assert "| 32,768 | 32/8 | no | contiguous | 30.00 | 1026 | 54.00 | 1.80× | 1.20× |" in bench.training_table(RESULT)
+
+
+def test_registered_for_chapter_14_and_waiting_for_two_gpus():
+    benchmark = by_name("ring")
+    assert benchmark.chapter == "ch14" and "kernels/ring_attention.py" in benchmark.sources
+    assert "two GPUs" in benchmark.awaiting_gpu
+
+
+def test_the_measurement_runs_end_to_end_on_two_cpu_processes():
+    rows = bench.measure({"backend": "gloo", "sizes": [16, 32], "heads": [[4, 2]], "cases": bench.CASES,
+                          "dtype": "float32", "use_kernels": False}, spawn=mp.spawn)
+    assert len(rows) == 2 * len(bench.CASES)
+    assert all(r["forward_ms"] > 0 and r["training_no_overlap_ms"] > 0 and r["one_gpu_forward_ms"] > 0 for r in rows)
+    assert all(r["error"] < 1e-5 for r in rows if r["N"] == 16)  # checked at the smallest length only
