@@ -34,9 +34,11 @@ _SHAPES = [[d, causal] for d in (64, 128) for causal in (False, True)]
 
 # How each benchmark splits into parts: module attributes to override, one dict per part ("skip" names functions
 # of the module that return a list of rows, to return none in that part). A benchmark not named runs whole, in one
-# process; one named with None is skipped (first_call measures cold compiles in caches of its own).
+# process; one named with None is skipped (first_call measures cold compiles in caches of its own; ring starts a
+# process per GPU itself).
 PARTS: dict[str, list[dict] | None] = {
     "first_call": None,
+    "ring": None,
     "fast_attention": [{"DTYPES": [t], "SIZES": [n]} for t in _DTYPES for n in _SIZES],
     "backward": ([{"DTYPES": [t], "SIZES": [n], "MEMORY_SIZES": []} for t in _DTYPES for n in _SIZES]
                  + [{"DTYPES": [], "MEMORY_SIZES": [4096]}]),
