@@ -58,7 +58,8 @@ def check(q, k, v, causal=False, alignment="top-left", sm_scale=None, **kwargs):
     assert rel_err(out, ref) <= RTOL[q.dtype], f"relative error {rel_err(out, ref):.2e}"
     seen = torch.isfinite(ref_lse)
     assert torch.equal(torch.isneginf(lse), ~seen), "lse must be -inf exactly for rows that see no key"
-    torch.testing.assert_close(lse.double()[seen], ref_lse[seen], rtol=0, atol=1e-3)
+    # fp32 logsumexp: a few units in the last place of its magnitude (scores of thousands in the large-logit test)
+    torch.testing.assert_close(lse.double()[seen], ref_lse[seen], rtol=2e-6, atol=1e-3)
     assert torch.all(out[~seen] == 0), "rows that see no key must be 0"
     return out, lse
 
