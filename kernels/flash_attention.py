@@ -8,6 +8,9 @@ writes its rows of O once, and optionally the row logsumexp (for a backward pass
 The softmax runs in base 2: exp(x) = 2^(x * log2 e), and the GPU's special function unit computes 2^x.
 We fold log2(e) into the softmax scale once, so the loop only calls exp2.
 
+Grouped-query attention (GQA): k and v may have fewer heads than q, H_kv dividing H. The GROUP = H / H_kv
+query heads h with the same h // GROUP read one K/V head; K and V are never repeated in memory.
+
 Causal attention (chapter 6) splits the K/V range of each Q block in two: the tiles every row of the
 block can see, which need no mask at all, and the few tiles on the diagonal, which need an element-wise
 mask. Two alignments are supported:
@@ -31,6 +34,7 @@ from kernels.validate import (
     check_ndim,
     check_same_device,
     check_same_dtype,
+    query_heads_per_kv_head,
     softmax_scale,
 )
 
@@ -99,15 +103,16 @@ def _attn_inner(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, 
 
 # --8<-- [start:kernel]
 # --8<-- [start:kernel-head]
-# Triton compiles a new kernel when an integer argument changes from a multiple of 16 to not; here it must not,
-# so one compiled kernel serves every length. Q_BUCKET and K_BUCKET are for the autotuner's key only.
-@triton.jit(do_not_specialize=["N_CTX_Q", "N_CTX_K", "Q_BUCKET", "K_BUCKET"])
+# Triton compiles a new kernel when an integer argument changes from a multiple of 16 to not (or to 1); here it
+# must not, so one compiled kernel serves every length and head count. Q_BUCKET and K_BUCKET are for the
+# autotuner's key only.
+@triton.jit(do_not_specialize=["H", "GROUP", "N_CTX_Q", "N_CTX_K", "Q_BUCKET", "K_BUCKET"])
 def _attn_fwd(Q, K, V, Out, Lse, qk_scale,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
               stride_ob, stride_oh, stride_om, stride_od,
-              H, N_CTX_Q, N_CTX_K, Q_BUCKET, K_BUCKET,
+              H, GROUP, N_CTX_Q, N_CTX_K, Q_BUCKET, K_BUCKET,
               HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr,
               BOTTOM_RIGHT: tl.constexpr, STORE_LSE: tl.constexpr, DOT_PRECISION: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -116,6 +121,7 @@ def _attn_fwd(Q, K, V, Out, Lse, qk_scale,
     pid_bh = tl.program_id(1)
     batch = pid_bh // H
     head = pid_bh % H
+    kv_head = head // GROUP  # grouped-query attention: GROUP query heads share one K/V head
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
@@ -127,8 +133,8 @@ def _attn_fwd(Q, K, V, Out, Lse, qk_scale,
     q_mask = (offs_m[:, None] < N_CTX_Q) & (offs_d[None, :] < HEAD_DIM)
     q = tl.load(q_ptrs, mask=q_mask, other=0.0)
     # Pointers to the first K and V tiles; the loop adds start_n * stride.
-    k_ptrs = K + batch * stride_kb + head * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
-    v_ptrs = V + batch * stride_vb + head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    k_ptrs = K + batch * stride_kb + kv_head * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    v_ptrs = V + batch * stride_vb + kv_head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max, base-2 units
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp2(score - m_i)
@@ -256,9 +262,10 @@ def validate_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     check_same_device(q=q, k=k, v=v)
     check_same_dtype(q=q, k=k, v=v)
     (b, h, _, d), (bk, hk, n_k, dk) = q.shape, k.shape
-    if (bk, hk, dk) != (b, h, d):
-        raise ValueError(f"k must have q's batch, heads and head_dim (B, H, *, D) = ({b}, {h}, *, {d}), "
+    if (bk, dk) != (b, d):
+        raise ValueError(f"k must have q's batch and head_dim (B, H_kv, *, D) = ({b}, H_kv, *, {d}), "
                          f"got shape {tuple(k.shape)}")
+    query_heads_per_kv_head(h, hk)
     if v.shape != k.shape:
         raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
     if not MIN_HEAD_DIM <= d <= MAX_HEAD_DIM:
@@ -280,7 +287,10 @@ def validate_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               causal_alignment: str = "top-left", sm_scale: float | None = None, return_lse: bool = False,
               out: torch.Tensor | None = None, block_m: int | None = None, block_n: int | None = None):
-    """softmax(q kᵀ · sm_scale) v for q of shape (B, H, Nq, D) and k, v of shape (B, H, Nk, D).
+    """softmax(q kᵀ · sm_scale) v for q of shape (B, H, Nq, D) and k, v of shape (B, H_kv, Nk, D).
+
+    H_kv must divide H: query head h attends with K/V head h // (H / H_kv) (grouped-query attention; H_kv = H is
+    multi-head attention, H_kv = 1 multi-query attention).
 
     sm_scale defaults to 1/sqrt(D). causal_alignment is "top-left" (query i sees keys j <= i, like
     SDPA's is_causal=True) or "bottom-right" (query i sees keys j <= i + Nk - Nq). Returns o, or
@@ -326,7 +336,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     kernel[grid](
         q, k, v, out, lse, sm_scale * LOG2_E,
         *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        heads, n_q, n_k, length_bucket(n_q), length_bucket(n_k),
+        heads, heads // k.shape[1], n_q, n_k, length_bucket(n_q), length_bucket(n_k),
         HEAD_DIM=head_dim, HEAD_DIM_PAD=max(triton.next_power_of_2(head_dim), 16), CAUSAL=bool(causal),
         BOTTOM_RIGHT=causal_alignment == "bottom-right", STORE_LSE=return_lse,
         # fp32 inputs: exact fp32 products ("ieee"), not TF32, so fp32 results match an fp32 reference.

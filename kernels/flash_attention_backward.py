@@ -8,7 +8,8 @@ dO given, the gradients are
     dQ = dS K · scale    dK = dSᵀ Q · scale
 
 D comes from O and dO alone (a row of P times a row of dP sums to a row of dO times a row of O), so a small
-first kernel computes it for every row. Then two kernels share the work (FlashAttention-2's choice):
+first kernel computes it for every row. Then two kernels share the work (FlashAttention-2 has the first one's
+loop order, but adds dQ with atomic adds instead of running the second):
 
 - one program per block of BLOCK_N keys keeps its K and V on chip, streams the Q, dO, L and D blocks past
   them, and accumulates its dK and dV rows, which it writes once;
@@ -17,6 +18,11 @@ first kernel computes it for every row. Then two kernels share the work (FlashAt
 
 Every program owns the rows it writes, so no two programs add into the same output: no atomics, and the
 result does not depend on the order in which programs run. The price is computing each P tile twice.
+
+Grouped-query attention (k and v with H_kv heads, GROUP = H / H_kv query heads per K/V head): a K/V head's dK
+and dV sum over the GROUP query heads that read it. A dK/dV program owns a block of keys of one K/V head and
+streams the Q blocks of every head of its group past them, so it still writes its rows once, without atomics;
+there are GROUP times fewer such programs, each doing GROUP times the work.
 
 Causal attention sorts the tiles as the forward pass does (chapter 6): tiles no row of the block sees are
 skipped, tiles every row sees whole run without a mask, and only the tiles on the diagonal and those of a
@@ -106,28 +112,27 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, Lse, Delta, sm_scale, qk_scale,
                    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
                    stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
-                   H, N_CTX_Q, N_CTX_K,
+                   H, GROUP, N_CTX_Q, N_CTX_K,
                    HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr,
                    BOTTOM_RIGHT: tl.constexpr, DOT_PRECISION: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # Grid: (K/V blocks, batch * heads). This program owns keys [start_n, start_n + BLOCK_N) of one head.
+    # Grid: (K/V blocks, batch * K/V heads). This program owns keys [start_n, start_n + BLOCK_N) of one K/V head,
+    # and sums the dK and dV rows of those keys over the GROUP query heads that read them.
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
-    batch, head = pid_bh // H, pid_bh % H
+    kv_heads = H // GROUP
+    batch, kv_head = pid_bh // kv_heads, pid_bh % kv_heads
     start_n = pid_n * BLOCK_N
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM_PAD)
     kv_mask = (offs_n[:, None] < N_CTX_K) & (offs_d[None, :] < HEAD_DIM)
-    k = tl.load(K + batch * stride_kb + head * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :],
+    k = tl.load(K + batch * stride_kb + kv_head * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :],
                 mask=kv_mask, other=0.0)
-    v = tl.load(V + batch * stride_vb + head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :],
+    v = tl.load(V + batch * stride_vb + kv_head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :],
                 mask=kv_mask, other=0.0)
     dk = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM_PAD], dtype=tl.float32)
-    # Pointers to the first Q block of Q and of dO; the loop adds start_m.
     offs_m = tl.arange(0, BLOCK_M)
-    q_ptrs = Q + batch * stride_qb + head * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :]
-    do_ptrs = DO + batch * stride_dob + head * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :]
 
     # Query i sees key j when j <= i + causal_offset: offset 0 is top-left, Nk - Nq is bottom-right.
     causal_offset = 0
@@ -143,16 +148,21 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, Lse, Delta, sm_scale, qk_scale,
         full_lo = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M
     # A partial last key block holds keys past Nk: every one of its tiles needs the mask.
     full_lo = tl.where(start_n + BLOCK_N > N_CTX_K, N_CTX_Q, tl.minimum(full_lo, N_CTX_Q))
-    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, Lse + pid_bh * N_CTX_Q, Delta + pid_bh * N_CTX_Q,
-                         stride_qm, stride_dom, offs_n, offs_d, lo, full_lo, qk_scale, causal_offset,
-                         N_CTX_Q, N_CTX_K, HEAD_DIM, BLOCK_M, CAUSAL, MASKED=True, DOT_PRECISION=DOT_PRECISION)
-    dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, Lse + pid_bh * N_CTX_Q, Delta + pid_bh * N_CTX_Q,
-                         stride_qm, stride_dom, offs_n, offs_d, full_lo, N_CTX_Q, qk_scale, causal_offset,
-                         N_CTX_Q, N_CTX_K, HEAD_DIM, BLOCK_M, CAUSAL, MASKED=False, DOT_PRECISION=DOT_PRECISION)
+    for head in range(kv_head * GROUP, kv_head * GROUP + GROUP):  # the query heads that read this K/V head
+        # Pointers to the first Q block of this head's Q and dO; the loop adds start_m.
+        q_ptrs = Q + batch * stride_qb + head * stride_qh + offs_m[:, None] * stride_qm + offs_d[None, :]
+        do_ptrs = DO + batch * stride_dob + head * stride_doh + offs_m[:, None] * stride_dom + offs_d[None, :]
+        rows = (batch * H + head) * N_CTX_Q  # where this head's L and D start
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, Lse + rows, Delta + rows,
+                             stride_qm, stride_dom, offs_n, offs_d, lo, full_lo, qk_scale, causal_offset,
+                             N_CTX_Q, N_CTX_K, HEAD_DIM, BLOCK_M, CAUSAL, MASKED=True, DOT_PRECISION=DOT_PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, Lse + rows, Delta + rows,
+                             stride_qm, stride_dom, offs_n, offs_d, full_lo, N_CTX_Q, qk_scale, causal_offset,
+                             N_CTX_Q, N_CTX_K, HEAD_DIM, BLOCK_M, CAUSAL, MASKED=False, DOT_PRECISION=DOT_PRECISION)
     dk = dk * sm_scale
-    tl.store(DK + batch * stride_dkb + head * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :],
+    tl.store(DK + batch * stride_dkb + kv_head * stride_dkh + offs_n[:, None] * stride_dkn + offs_d[None, :],
              dk.to(DK.dtype.element_ty), mask=kv_mask)
-    tl.store(DV + batch * stride_dvb + head * stride_dvh + offs_n[:, None] * stride_dvn + offs_d[None, :],
+    tl.store(DV + batch * stride_dvb + kv_head * stride_dvh + offs_n[:, None] * stride_dvn + offs_d[None, :],
              dv.to(DV.dtype.element_ty), mask=kv_mask)
 # --8<-- [end:dkdv]
 
@@ -183,7 +193,7 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, Lse, Delta, sm_scale, qk_scale,
                  stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                  stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
                  stride_dqb, stride_dqh, stride_dqm,
-                 H, N_CTX_Q, N_CTX_K,
+                 H, GROUP, N_CTX_Q, N_CTX_K,
                  HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, CAUSAL: tl.constexpr,
                  BOTTOM_RIGHT: tl.constexpr, DOT_PRECISION: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -204,8 +214,8 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, Lse, Delta, sm_scale, qk_scale,
     dq = tl.zeros([BLOCK_M, HEAD_DIM_PAD], dtype=tl.float32)
     # Pointers to the first K/V block; the loop adds start_n.
     offs_n = tl.arange(0, BLOCK_N)
-    k_ptrs = K + batch * stride_kb + head * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :]
-    v_ptrs = V + batch * stride_vb + head * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :]
+    k_ptrs = K + batch * stride_kb + (head // GROUP) * stride_kh + offs_n[:, None] * stride_kn + offs_d[None, :]
+    v_ptrs = V + batch * stride_vb + (head // GROUP) * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :]
 
     # The forward's loop bounds (chapter 6): whole K/V blocks that every row sees need no mask; the
     # diagonal and a partial last block do. Rows past Nq compute rows of dQ that are never stored.
@@ -283,12 +293,13 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     _attn_bwd_delta[(triton.cdiv(n_q, tiles["BLOCK_M"]), batch * heads)](
         out, do, delta, *out.stride()[:3], *do.stride()[:3], heads, n_q, BLOCK_M=tiles["BLOCK_M"], **shape)
     strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
-    _attn_bwd_dkdv[(triton.cdiv(n_k, tiles["BLOCK_N"]), batch * heads)](
+    group = heads // k.shape[1]  # query heads per K/V head
+    _attn_bwd_dkdv[(triton.cdiv(n_k, tiles["BLOCK_N"]), batch * k.shape[1])](
         q, k, v, do, dk, dv, lse, delta, sm_scale, sm_scale * LOG2_E, *strides, *dk.stride()[:3],
-        *dv.stride()[:3], heads, n_q, n_k, **shape, **options)
+        *dv.stride()[:3], heads, group, n_q, n_k, **shape, **options)
     _attn_bwd_dq[(triton.cdiv(n_q, tiles["BLOCK_M"]), batch * heads)](
         q, k, v, do, dq, lse, delta, sm_scale, sm_scale * LOG2_E, *strides, *dq.stride()[:3],
-        heads, n_q, n_k, **shape, **options)
+        heads, group, n_q, n_k, **shape, **options)
     return dq, dk, dv
 # --8<-- [end:wrapper]
 

@@ -27,9 +27,11 @@ compile-time switch, so the benchmark times every step of the worklog from this 
   with Q and dO, instead of the computing warps loading them from global memory. Only with GLUON.
 Chapter 11's worklog table says which of them paid off; BEST_FEATURES turns those on.
 
-The fast path takes what the fast forward takes: fp16 or bf16, head dim 64 or 128, equal query and key lengths
-that are a multiple of 128, contiguous tensors. Anything else goes to chapter 10's readable backward, with a
-FallbackWarning that says why. `attention` is the differentiable fast path: chapter 9's forward, this backward
+The fast path takes what the fast forward takes: fp16 or bf16, head dim 64 or 128, contiguous tensors, any
+lengths (query and key lengths may differ, with both causal alignments), k and v with fewer heads than q. Anything
+else goes to chapter 10's readable backward, with a FallbackWarning that says why; on Hopper GPUs the Gluon kernel
+takes them all. `attention` is the
+differentiable fast path: chapter 9's forward, this backward
 (the Gluon kernel of steps 8-13 on a Hopper GPU).
 """
 
@@ -54,57 +56,95 @@ LOG2_E = 1.4426950408889634
 
 # --8<-- [start:preprocess]
 @triton.jit
-def _preprocess(O, DO, Lse, Delta, Lse2, DQ_ACC, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+def _preprocess(O, DO, Lse, Delta, Lse2, DQ_ACC, ROWS, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
                 ZERO_DQ: tl.constexpr):
     """For BLOCK rows of the 2-D (rows, head_dim) view: D = rowsum(dO ∘ O) in fp32, the logsumexp in base 2,
     and (ATOMIC_DQ) zeros in the fp32 buffer that the dK/dV kernel adds dQ into."""
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     offs_d = tl.arange(0, HEAD_DIM)
-    o = tl.load(O + rows[:, None] * HEAD_DIM + offs_d[None, :]).to(tl.float32)
-    do = tl.load(DO + rows[:, None] * HEAD_DIM + offs_d[None, :]).to(tl.float32)
-    tl.store(Delta + rows, tl.sum(o * do, 1))
-    tl.store(Lse2 + rows, tl.load(Lse + rows) * 1.4426950408889634)
+    ours = rows < ROWS
+    o = tl.load(O + rows[:, None] * HEAD_DIM + offs_d[None, :], mask=ours[:, None], other=0.0).to(tl.float32)
+    do = tl.load(DO + rows[:, None] * HEAD_DIM + offs_d[None, :], mask=ours[:, None], other=0.0).to(tl.float32)
+    tl.store(Delta + rows, tl.sum(o * do, 1), mask=ours)
+    # A row that saw no key (logsumexp -inf) gets +inf instead: then every P = 2^(s - lse2) of it is 0, unmasked.
+    lse = tl.load(Lse + rows, mask=ours, other=0.0)
+    tl.store(Lse2 + rows, tl.where(lse == -float("inf"), float("inf"), lse * 1.4426950408889634), mask=ours)
     if ZERO_DQ:
-        tl.store(DQ_ACC + rows[:, None] * HEAD_DIM + offs_d[None, :], tl.zeros([BLOCK, HEAD_DIM], tl.float32))
+        tl.store(DQ_ACC + rows[:, None] * HEAD_DIM + offs_d[None, :], tl.zeros([BLOCK, HEAD_DIM], tl.float32),
+                 mask=ours[:, None])
 # --8<-- [end:preprocess]
 
 
 @triton.jit
-def _load_tile(src, row, offs_rows, offs_d, HEAD_DIM: tl.constexpr, USE_TMA: tl.constexpr):
-    """One (rows, head_dim) tile starting at 2-D row `row`: through the tensor descriptor, or with pointers."""
+def _load_tile(src, row, row_end, offs_rows, offs_d, HEAD_DIM: tl.constexpr, USE_TMA: tl.constexpr,
+               WHOLE: tl.constexpr):
+    """One (rows, head_dim) tile starting at 2-D row `row`: through the tensor descriptor, or with pointers.
+    Rows from row_end on (past this head's sequence) are not ours: pointers read them as 0, TMA reads the next
+    head's rows; either way the caller gives them P = 0. WHOLE: every tile whole, no mask."""
     if USE_TMA:
         tile = src.load([row, 0])
-    else:
+    elif WHOLE:
         tile = tl.load(src + (row + offs_rows)[:, None] * HEAD_DIM + offs_d[None, :])
+    else:
+        rows = row + offs_rows
+        tile = tl.load(src + rows[:, None] * HEAD_DIM + offs_d[None, :], mask=rows[:, None] < row_end, other=0.0)
     return tile
 
 
 @triton.jit
-def _store_tile(dst, row, tile, offs_rows, offs_d, HEAD_DIM: tl.constexpr, USE_TMA: tl.constexpr):
-    if USE_TMA:
+def _store_tile(dst, dst_ptr, row, row_end, tile, offs_rows, offs_d, HEAD_DIM: tl.constexpr,
+                USE_TMA: tl.constexpr, WHOLE: tl.constexpr):
+    """Store a tile's rows below row_end. A TMA store writes whole tiles, so a partial one (it would overwrite the
+    next head's first rows) goes through plain masked stores. WHOLE: every tile whole, no mask."""
+    if WHOLE:
+        if USE_TMA:
+            dst.store([row, 0], tile)
+        else:
+            tl.store(dst_ptr + (row + offs_rows)[:, None] * HEAD_DIM + offs_d[None, :], tile)
+    elif USE_TMA and row + tile.shape[0] <= row_end:
         dst.store([row, 0], tile)
     else:
-        tl.store(dst + (row + offs_rows)[:, None] * HEAD_DIM + offs_d[None, :], tile)
+        rows = row + offs_rows
+        tl.store(dst_ptr + rows[:, None] * HEAD_DIM + offs_d[None, :], tile, mask=rows[:, None] < row_end)
+
+
+@triton.jit
+def _visible(rows, cols, causal_offset, N_K, CAUSAL: tl.constexpr, WHOLE: tl.constexpr):
+    """Which keys (cols) each query (rows) sees: those before N_K (all of them when WHOLE) and, with CAUSAL, those
+    up to the query's position plus causal_offset (0 top-left, N_K - N_Q bottom-right)."""
+    if CAUSAL:
+        visible = rows + causal_offset >= cols
+        if not WHOLE:
+            visible = visible & (cols < N_K)
+    else:
+        visible = cols < N_K
+    return visible
 
 
 # --8<-- [start:dkdv-step]
 @triton.jit
 def _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, start_m, offs_n, offs_d,
-               qk_scale, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
-               TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr):
+               qk_scale, causal_offset, N_Q, N_K, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+               MASKED: tl.constexpr, CAUSAL: tl.constexpr, TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+               USE_TMA: tl.constexpr, WHOLE: tl.constexpr):
     """Fold one Q block (rows start_m ... start_m + BLOCK_M) into this program's dK and dV accumulators.
 
-    MASKED: the block lies on the diagonal, and keys after a query get P = 0. offs_n are the program's keys.
+    MASKED: keys past N_K, and (CAUSAL) keys after a query's position plus causal_offset, get P = 0. offs_n are
+    the program's keys. Rows past N_Q read lse2 = +inf, so their P is 0 with or without the mask.
     """
     offs_m = start_m + tl.arange(0, BLOCK_M)
-    q = _load_tile(q_src, row0 + start_m, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA)
-    do = _load_tile(do_src, row0 + start_m, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA)
-    lse2 = tl.load(lse2_ptr + row0 + offs_m)
-    delta = tl.load(delta_ptr + row0 + offs_m)
+    q = _load_tile(q_src, row0 + start_m, row0 + N_Q, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA, WHOLE)
+    do = _load_tile(do_src, row0 + start_m, row0 + N_Q, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA, WHOLE)
+    if WHOLE:
+        lse2 = tl.load(lse2_ptr + row0 + offs_m)
+        delta = tl.load(delta_ptr + row0 + offs_m)
+    else:
+        lse2 = tl.load(lse2_ptr + row0 + offs_m, mask=offs_m < N_Q, other=float("inf"))
+        delta = tl.load(delta_ptr + row0 + offs_m, mask=offs_m < N_Q, other=0.0)
     if TRANSPOSED:  # tiles are (keys, queries): Pᵀ and dSᵀ are born as the first operands of dV and dK
         p_t = tl.math.exp2(tl.dot(k, tl.trans(q)) * qk_scale - lse2[None, :])
         if MASKED:
-            p_t = tl.where(offs_m[None, :] >= offs_n[:, None], p_t, 0.0)
+            p_t = tl.where(_visible(offs_m[None, :], offs_n[:, None], causal_offset, N_K, CAUSAL, WHOLE), p_t, 0.0)
         dv = tl.dot(p_t.to(do.dtype), do, dv)  # dV += Pᵀ dO
         ds_t = (p_t * (tl.dot(v, tl.trans(do)) - delta[None, :])).to(q.dtype)  # dSᵀ = Pᵀ ∘ (dPᵀ − D)
         dk = tl.dot(ds_t, q, dk)  # dK += dSᵀ Q
@@ -112,7 +152,7 @@ def _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, s
     else:  # tiles are (queries, keys), as in chapter 10
         p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None])
         if MASKED:
-            p = tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0)
+            p = tl.where(_visible(offs_m[:, None], offs_n[None, :], causal_offset, N_K, CAUSAL, WHOLE), p, 0.0)
         dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
         ds = (p * (tl.dot(do, tl.trans(v)) - delta[:, None])).to(q.dtype)
         dk = tl.dot(tl.trans(ds), q, dk)
@@ -121,96 +161,138 @@ def _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, s
         if USE_TMA:  # the whole tile in one bulk reduce-add, done by the copy engine from shared memory
             dq_acc.atomic_add([row0 + start_m, 0], dq)
         else:  # one atomic add per element, issued by the threads
-            tl.atomic_add(dq_acc + (row0 + offs_m)[:, None] * HEAD_DIM + offs_d[None, :], dq, sem="relaxed")
+            tl.atomic_add(dq_acc + (row0 + offs_m)[:, None] * HEAD_DIM + offs_d[None, :], dq,
+                          mask=(offs_m < N_Q)[:, None], sem="relaxed")
     return dk, dv
 # --8<-- [end:dkdv-step]
 
 
 # --8<-- [start:dkdv]
 @triton.jit
-def _dkdv_kernel(q_src, k_src, v_src, do_src, dk_dst, dv_dst, dq_acc, lse2_ptr, delta_ptr, sm_scale, qk_scale,
-                 N, N_BUCKET, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 CAUSAL: tl.constexpr, SPLIT_DIAGONAL: tl.constexpr, TRANSPOSED: tl.constexpr,
-                 ATOMIC_DQ: tl.constexpr, USE_TMA: tl.constexpr):
-    # One program per (K/V block, batch*head); the tensors are seen as 2-D (batch*heads*seq, head_dim).
+def _dkdv_kernel(q_src, k_src, v_src, do_src, dk_dst, dv_dst, dk_ptr, dv_ptr, dq_acc, lse2_ptr, delta_ptr,
+                 sm_scale, qk_scale, N_Q, N_K, N_BUCKET, H, GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
+                 SPLIT_DIAGONAL: tl.constexpr, TRANSPOSED: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+                 USE_TMA: tl.constexpr, WHOLE: tl.constexpr):
+    # One program per (K/V block, batch*K/V head); the tensors are seen as 2-D (batch*heads*seq, head_dim). With
+    # grouped-query attention a K/V head serves GROUP query heads: the program sums their shares of dK and dV.
+    # WHOLE: both lengths are multiples of the blocks, so no tile is partial and nothing needs a bounds mask.
     start_n = tl.program_id(0) * BLOCK_N
-    row0 = tl.program_id(1) * N  # first row of this head
+    kv_row0 = tl.program_id(1) * N_K  # first row of this K/V head
+    kv_heads = H // GROUP
+    first_head = (tl.program_id(1) // kv_heads) * H + (tl.program_id(1) % kv_heads) * GROUP  # in batch*heads
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    k = _load_tile(k_src, row0 + start_n, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
-    v = _load_tile(v_src, row0 + start_n, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
+    k = _load_tile(k_src, kv_row0 + start_n, kv_row0 + N_K, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA, WHOLE)
+    v = _load_tile(v_src, kv_row0 + start_n, kv_row0 + N_K, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA, WHOLE)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+    # Chapter 10's bounds. Query i sees key j when j <= i + causal_offset (0 top-left, N_K - N_Q bottom-right):
+    # Q blocks before lo see none of these keys; from full_lo on, every row sees every one of them (no mask).
+    causal_offset = 0
+    if BOTTOM_RIGHT:
+        causal_offset = N_K - N_Q
+    q_end = tl.cdiv(N_Q, BLOCK_M) * BLOCK_M
     lo = 0
-    if CAUSAL:  # queries before start_n see none of these keys; the blocks up to start_n + BLOCK_N need the mask
-        diagonal_end = N
-        if SPLIT_DIAGONAL:
-            diagonal_end = start_n + BLOCK_N
-        for start_m in range(start_n, diagonal_end, BLOCK_M):
+    full_lo = 0
+    if CAUSAL:
+        lo = tl.maximum(start_n - causal_offset, 0) // BLOCK_M * BLOCK_M
+        full_lo = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M
+        if not SPLIT_DIAGONAL:
+            full_lo = q_end  # every block pays for the mask
+    full_lo = tl.minimum(full_lo, q_end)
+    if not WHOLE:  # a partial last key block holds keys past N_K: every one of its Q blocks takes the mask
+        full_lo = tl.where(start_n + BLOCK_N > N_K, q_end, full_lo)
+    for head in range(first_head, first_head + GROUP):
+        row0 = head * N_Q  # first row of this query head
+        if CAUSAL or not WHOLE:  # whole tiles without a causal mask have no masked block
+            for start_m in range(lo, full_lo, BLOCK_M):
+                dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, start_m,
+                                    offs_n, offs_d, qk_scale, causal_offset, N_Q, N_K, HEAD_DIM, BLOCK_M, True,
+                                    CAUSAL, TRANSPOSED, ATOMIC_DQ, USE_TMA, WHOLE)
+        for start_m in range(full_lo, q_end, BLOCK_M):  # blocks that see every key of this program: no mask
             dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, start_m, offs_n,
-                                offs_d, qk_scale, HEAD_DIM, BLOCK_M, True, TRANSPOSED, ATOMIC_DQ, USE_TMA)
-        lo = diagonal_end
-    for start_m in range(lo, N, BLOCK_M):  # blocks that see every key of this program: no mask
-        dk, dv = _dkdv_step(dk, dv, k, v, q_src, do_src, dq_acc, lse2_ptr, delta_ptr, row0, start_m, offs_n,
-                            offs_d, qk_scale, HEAD_DIM, BLOCK_M, False, TRANSPOSED, ATOMIC_DQ, USE_TMA)
-    _store_tile(dk_dst, row0 + start_n, (dk * sm_scale).to(k.dtype), tl.arange(0, BLOCK_N), offs_d, HEAD_DIM,
-                USE_TMA)
-    _store_tile(dv_dst, row0 + start_n, dv.to(v.dtype), tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
+                                offs_d, qk_scale, causal_offset, N_Q, N_K, HEAD_DIM, BLOCK_M, False, CAUSAL,
+                                TRANSPOSED, ATOMIC_DQ, USE_TMA, WHOLE)
+    _store_tile(dk_dst, dk_ptr, kv_row0 + start_n, kv_row0 + N_K, (dk * sm_scale).to(k.dtype),
+                tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA, WHOLE)
+    _store_tile(dv_dst, dv_ptr, kv_row0 + start_n, kv_row0 + N_K, dv.to(v.dtype), tl.arange(0, BLOCK_N), offs_d,
+                HEAD_DIM, USE_TMA, WHOLE)
 # --8<-- [end:dkdv]
 
 
 # --8<-- [start:dq]
 @triton.jit
-def _dq_loop(dq, q, do, lse2, delta, k_src, v_src, row0, offs_m, offs_d, lo, hi, qk_scale,
-             HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, USE_TMA: tl.constexpr):
-    """Fold the K/V blocks [lo, hi) into one Q block's dQ accumulator (chapter 10's second pass)."""
+def _dq_loop(dq, q, do, lse2, delta, k_src, v_src, kv_row0, offs_m, offs_d, lo, hi, qk_scale, causal_offset, N_K,
+             HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+             USE_TMA: tl.constexpr, WHOLE: tl.constexpr):
+    """Fold the K/V blocks [lo, hi) into one Q block's dQ accumulator (chapter 10's second pass).
+    MASKED: keys past N_K and (CAUSAL) keys after a query's position plus causal_offset get P = 0."""
     for start_n in range(lo, hi, BLOCK_N):
-        k = _load_tile(k_src, row0 + start_n, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
-        v = _load_tile(v_src, row0 + start_n, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA)
+        k = _load_tile(k_src, kv_row0 + start_n, kv_row0 + N_K, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA,
+                       WHOLE)
+        v = _load_tile(v_src, kv_row0 + start_n, kv_row0 + N_K, tl.arange(0, BLOCK_N), offs_d, HEAD_DIM, USE_TMA,
+                       WHOLE)
         p = tl.math.exp2(tl.dot(q, tl.trans(k)) * qk_scale - lse2[:, None])
         if MASKED:
-            p = tl.where(offs_m[:, None] >= (start_n + tl.arange(0, BLOCK_N))[None, :], p, 0.0)
+            cols = start_n + tl.arange(0, BLOCK_N)
+            p = tl.where(_visible(offs_m[:, None], cols[None, :], causal_offset, N_K, CAUSAL, WHOLE), p, 0.0)
         ds = p * (tl.dot(do, tl.trans(v)) - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq)
     return dq
 
 
 @triton.jit
-def _dq_kernel(q_src, k_src, v_src, do_src, dq_dst, lse2_ptr, delta_ptr, sm_scale, qk_scale, N, N_BUCKET,
-               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-               SPLIT_DIAGONAL: tl.constexpr, USE_TMA: tl.constexpr):
-    # One program per (Q block, batch*head).
+def _dq_kernel(q_src, k_src, v_src, do_src, dq_dst, dq_ptr, lse2_ptr, delta_ptr, sm_scale, qk_scale, N_Q, N_K,
+               N_BUCKET, H, GROUP, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               CAUSAL: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, SPLIT_DIAGONAL: tl.constexpr,
+               USE_TMA: tl.constexpr, WHOLE: tl.constexpr):
+    # One program per (Q block, batch*head); query head h reads K/V head h // GROUP.
     start_m = tl.program_id(0) * BLOCK_M
-    row0 = tl.program_id(1) * N
+    row0 = tl.program_id(1) * N_Q
+    kv_row0 = ((tl.program_id(1) // H) * (H // GROUP) + (tl.program_id(1) % H) // GROUP) * N_K
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
-    q = _load_tile(q_src, row0 + start_m, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA)
-    do = _load_tile(do_src, row0 + start_m, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA)
-    lse2 = tl.load(lse2_ptr + row0 + offs_m)
-    delta = tl.load(delta_ptr + row0 + offs_m)
-    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    if CAUSAL:
-        if SPLIT_DIAGONAL:  # keys before start_m are seen by every row; only the diagonal block needs the mask
-            dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, row0, offs_m, offs_d, 0, start_m, qk_scale,
-                          HEAD_DIM, BLOCK_N, False, USE_TMA)
-            dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, row0, offs_m, offs_d, start_m, start_m + BLOCK_M,
-                          qk_scale, HEAD_DIM, BLOCK_N, True, USE_TMA)
-        else:
-            dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, row0, offs_m, offs_d, 0, start_m + BLOCK_M,
-                          qk_scale, HEAD_DIM, BLOCK_N, True, USE_TMA)
+    q = _load_tile(q_src, row0 + start_m, row0 + N_Q, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA, WHOLE)
+    do = _load_tile(do_src, row0 + start_m, row0 + N_Q, tl.arange(0, BLOCK_M), offs_d, HEAD_DIM, USE_TMA, WHOLE)
+    if WHOLE:
+        lse2 = tl.load(lse2_ptr + row0 + offs_m)
+        delta = tl.load(delta_ptr + row0 + offs_m)
     else:
-        dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, row0, offs_m, offs_d, 0, N, qk_scale, HEAD_DIM,
-                      BLOCK_N, False, USE_TMA)
-    _store_tile(dq_dst, row0 + start_m, (dq * sm_scale).to(q.dtype), tl.arange(0, BLOCK_M), offs_d, HEAD_DIM,
-                USE_TMA)
+        lse2 = tl.load(lse2_ptr + row0 + offs_m, mask=offs_m < N_Q, other=float("inf"))
+        delta = tl.load(delta_ptr + row0 + offs_m, mask=offs_m < N_Q, other=0.0)
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    # The forward's bounds: whole K/V blocks every row sees run unmasked; the diagonal and a partial last block
+    # take the mask.
+    causal_offset = 0
+    if BOTTOM_RIGHT:
+        causal_offset = N_K - N_Q
+    if CAUSAL:
+        full_hi = tl.maximum(tl.minimum(start_m + causal_offset + 1, N_K) // BLOCK_N * BLOCK_N, 0)
+        last_row = tl.minimum(start_m + BLOCK_M, N_Q) - 1
+        hi = tl.maximum(tl.minimum(last_row + causal_offset + 1, N_K), full_hi)
+        if not SPLIT_DIAGONAL:
+            full_hi = 0  # every block pays for the mask
+    else:
+        full_hi = N_K // BLOCK_N * BLOCK_N
+        hi = N_K
+    dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, kv_row0, offs_m, offs_d, 0, full_hi, qk_scale,
+                  causal_offset, N_K, HEAD_DIM, BLOCK_N, False, CAUSAL, USE_TMA, WHOLE)
+    if CAUSAL or not WHOLE:  # whole tiles without a causal mask have no masked block
+        dq = _dq_loop(dq, q, do, lse2, delta, k_src, v_src, kv_row0, offs_m, offs_d, full_hi, hi, qk_scale,
+                      causal_offset, N_K, HEAD_DIM, BLOCK_N, True, CAUSAL, USE_TMA, WHOLE)
+    _store_tile(dq_dst, dq_ptr, row0 + start_m, row0 + N_Q, (dq * sm_scale).to(q.dtype), tl.arange(0, BLOCK_M),
+                offs_d, HEAD_DIM, USE_TMA, WHOLE)
 # --8<-- [end:dq]
 
 
 @triton.jit
-def _dq_from_buffer(DQ_ACC, DQ, sm_scale, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
+def _dq_from_buffer(DQ_ACC, DQ, sm_scale, ROWS, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr):
     """ATOMIC_DQ: dQ = scale · (the fp32 sums of dS K), rounded to the inputs' dtype."""
-    offs = (tl.program_id(0) * BLOCK + tl.arange(0, BLOCK))[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
-    tl.store(DQ + offs, (tl.load(DQ_ACC + offs) * sm_scale).to(DQ.dtype.element_ty))
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offs = rows[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+    ours = rows[:, None] < ROWS
+    tl.store(DQ + offs, (tl.load(DQ_ACC + offs, mask=ours, other=0.0) * sm_scale).to(DQ.dtype.element_ty), mask=ours)
 
 
 # The switches of the final kernel: every step of chapter 11's worklog that paid off. With GLUON on, the Triton
@@ -273,10 +355,11 @@ def _zero_dq_acc(nargs, reset_only=False):
 
 # Tuned once per head dim, causal setting, switches and power-of-two bucket of N, not per exact length.
 _dkdv_tuned = triton.autotune(configs=DKDV_CONFIGS, key=["N_BUCKET", "HEAD_DIM", "CAUSAL", "TRANSPOSED",
-                                                       "SPLIT_DIAGONAL", "ATOMIC_DQ", "USE_TMA"],
+                                                       "SPLIT_DIAGONAL", "ATOMIC_DQ", "USE_TMA", "WHOLE"],
                               prune_configs_by={"early_config_prune": _prune_dkdv},
                               pre_hook=_zero_dq_acc)(_dkdv_kernel)
-_dq_tuned = triton.autotune(configs=DQ_CONFIGS, key=["N_BUCKET", "HEAD_DIM", "CAUSAL", "SPLIT_DIAGONAL", "USE_TMA"],
+_dq_tuned = triton.autotune(configs=DQ_CONFIGS, key=["N_BUCKET", "HEAD_DIM", "CAUSAL", "SPLIT_DIAGONAL", "USE_TMA",
+                                                   "WHOLE"],
                             prune_configs_by={"early_config_prune": _prune_dq})(_dq_kernel)
 # --8<-- [end:configs]
 
@@ -349,8 +432,9 @@ def _launch(kernel, tuned, config, grid, args, meta):
 
 # --8<-- [start:wrapper]
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                       lse: torch.Tensor, *, causal: bool = False, sm_scale: float | None = None,
-                       dkdv_config: triton.Config | None = None, dq_config: triton.Config | None = None,
+                       lse: torch.Tensor, *, causal: bool = False, causal_alignment: str = "top-left",
+                       sm_scale: float | None = None, dkdv_config: triton.Config | None = None,
+                       dq_config: triton.Config | None = None,
                        **features: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv), like chapter 10's attention_backward, on the fast path when the inputs allow it.
 
@@ -362,13 +446,18 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
     if unknown:
         raise TypeError(f"unknown feature switches {sorted(unknown)}; known: {sorted(BEST_FEATURES)}")
     sm_scale = softmax_scale(sm_scale, q.shape[-1])
+    if causal_alignment not in readable_forward.ALIGNMENTS:
+        raise ValueError(f"causal_alignment must be one of {readable_forward.ALIGNMENTS}, got {causal_alignment!r}")
     reason = fallback_reason(q, k, v) or next(
         (f"{name} is not contiguous" for name, t in (("do", do), ("out", out)) if not t.is_contiguous()), None)
     if reason is not None:
         warnings.warn(f"fast backward: falling back to chapter 10's kernels: {reason}", FallbackWarning,
                       stacklevel=2)
-        return readable.attention_backward(do, q, k, v, out, lse, causal=causal, sm_scale=sm_scale)
+        return readable.attention_backward(do, q, k, v, out, lse, causal=causal, causal_alignment=causal_alignment,
+                                           sm_scale=sm_scale)
     check_saved(do, q, out, lse)
+    if q.numel() == 0:  # no query: no gradient flows to any key
+        return torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
     switches = {**BEST_FEATURES, **features}
     if switches["GLUON"] and gluon_reason(q) is None:
         if dkdv_config is not None or dq_config is not None:
@@ -377,45 +466,52 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
         from kernels import flash_attention_backward_hopper  # imported here: that module imports this one
 
         return flash_attention_backward_hopper.attention_backward(
-            do, q, k, v, out, lse, causal=causal, sm_scale=sm_scale, kv_in_registers=switches["KV_IN_REGISTERS"],
+            do, q, k, v, out, lse, causal=causal, causal_alignment=causal_alignment, sm_scale=sm_scale,
+            kv_in_registers=switches["KV_IN_REGISTERS"],
             dq_by_turns=switches["DQ_BY_TURNS"], longest_first=switches["LONGEST_FIRST"],
             rows_in_accumulators=switches["ROWS_IN_ACCUMULATORS"], rows_in_shared=switches["ROWS_IN_SHARED"])
-    batch, heads, seq, head_dim = q.shape
+    batch, heads, n_q, head_dim = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
     if causal:
         _check_causal_tiles(dkdv_config, dq_config)
     if kernels.interpreting():  # no timing on the CPU: one small tile shape each instead of the autotuner
         dkdv_config = dkdv_config or config(64, 128, 4, 1)
         dq_config = dq_config or config(128, 64, 4, 1)
 
-    rows = batch * heads * seq
-    q2, k2, v2, o2, do2 = (t.view(rows, head_dim) for t in (q, k, v, out, do))
+    rows = batch * heads * n_q
+    q2, o2, do2 = (t.view(rows, head_dim) for t in (q, out, do))
+    k2, v2 = (t.view(batch * kv_heads * n_k, head_dim) for t in (k, v))
     dq, dk, dv = (torch.empty_like(t) for t in (q2, k2, v2))
     delta = torch.empty(rows, device=q.device, dtype=torch.float32)
     lse2 = torch.empty_like(delta)
     # ATOMIC_DQ: the fp32 buffer dQ is summed into; otherwise a one-element stand-in that nothing reads.
     dq_acc = torch.empty((rows, head_dim) if switches["ATOMIC_DQ"] else 1, device=q.device, dtype=torch.float32)
-    _preprocess[(rows // PREPROCESS_ROWS,)](o2, do2, lse, delta, lse2, dq_acc, HEAD_DIM=head_dim,
-                                            BLOCK=PREPROCESS_ROWS, ZERO_DQ=switches["ATOMIC_DQ"])
+    _preprocess[(triton.cdiv(rows, PREPROCESS_ROWS),)](o2, do2, lse, delta, lse2, dq_acc, rows, HEAD_DIM=head_dim,
+                                                       BLOCK=PREPROCESS_ROWS, ZERO_DQ=switches["ATOMIC_DQ"])
 
     def source(t):  # placeholder block shapes; _set_block_shapes puts in the real ones before each launch
-        return TensorDescriptor(t, [rows, head_dim], [head_dim, 1], [64, head_dim]) if switches["USE_TMA"] else t
+        return TensorDescriptor(t, list(t.shape), [head_dim, 1], [64, head_dim]) if switches["USE_TMA"] else t
 
     # SPLIT_DIAGONAL means nothing without the mask: leave it off there, so both settings share one compiled kernel.
-    common = dict(HEAD_DIM=head_dim, CAUSAL=bool(causal), SPLIT_DIAGONAL=switches["SPLIT_DIAGONAL"] and bool(causal),
-                  USE_TMA=switches["USE_TMA"])
-    bucket = min(triton.next_power_of_2(seq), 16384)
-    args = (source(q2), source(k2), source(v2), source(do2), source(dk), source(dv),
-            source(dq_acc) if switches["ATOMIC_DQ"] else dq_acc, lse2, delta,
-            sm_scale, sm_scale * LOG2_E, seq, bucket)
-    _launch(_dkdv_kernel, _dkdv_tuned, dkdv_config, lambda meta: (seq // meta["BLOCK_N"], batch * heads), args,
+    # WHOLE: both lengths are multiples of every block (the autotuned ones are 32 to 128 rows), no tile partial.
+    block = max([128] + [c.kwargs[b] for c in (dkdv_config, dq_config) if c for b in ("BLOCK_M", "BLOCK_N")])
+    common = dict(HEAD_DIM=head_dim, CAUSAL=bool(causal), BOTTOM_RIGHT=causal_alignment == "bottom-right",
+                  SPLIT_DIAGONAL=switches["SPLIT_DIAGONAL"] and bool(causal), USE_TMA=switches["USE_TMA"],
+                  WHOLE=n_q % block == 0 and n_k % block == 0)
+    lengths = (n_q, n_k, min(triton.next_power_of_2(max(n_q, n_k)), 16384), heads, heads // kv_heads)
+    args = (source(q2), source(k2), source(v2), source(do2), source(dk), source(dv), dk, dv,
+            source(dq_acc) if switches["ATOMIC_DQ"] else dq_acc, lse2, delta, sm_scale, sm_scale * LOG2_E, *lengths)
+    _launch(_dkdv_kernel, _dkdv_tuned, dkdv_config,
+            lambda meta: (triton.cdiv(n_k, meta["BLOCK_N"]), batch * kv_heads), args,
             dict(common, TRANSPOSED=switches["TRANSPOSED"], ATOMIC_DQ=switches["ATOMIC_DQ"]))
     if switches["ATOMIC_DQ"]:
-        _dq_from_buffer[(rows // PREPROCESS_ROWS,)](dq_acc, dq, sm_scale, HEAD_DIM=head_dim, BLOCK=PREPROCESS_ROWS)
+        _dq_from_buffer[(triton.cdiv(rows, PREPROCESS_ROWS),)](dq_acc, dq, sm_scale, rows, HEAD_DIM=head_dim,
+                                                               BLOCK=PREPROCESS_ROWS)
     else:
-        args = (source(q2), source(k2), source(v2), source(do2), source(dq), lse2, delta, sm_scale,
-                sm_scale * LOG2_E, seq, bucket)
-        _launch(_dq_kernel, _dq_tuned, dq_config, lambda meta: (seq // meta["BLOCK_M"], batch * heads), args,
-                common)
+        args = (source(q2), source(k2), source(v2), source(do2), source(dq), dq, lse2, delta, sm_scale,
+                sm_scale * LOG2_E, *lengths)
+        _launch(_dq_kernel, _dq_tuned, dq_config, lambda meta: (triton.cdiv(n_q, meta["BLOCK_M"]), batch * heads),
+                args, common)
     return dq.view(q.shape), dk.view(k.shape), dv.view(v.shape)
 # --8<-- [end:wrapper]
 
@@ -425,10 +521,11 @@ class FastFlashAttention(torch.autograd.Function):
     """Chapter 9's fast forward and this file's backward as one differentiable operation."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal: bool, sm_scale: float | None):
-        out, lse = fast_forward.attention(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True)
+    def forward(ctx, q, k, v, causal: bool, causal_alignment: str, sm_scale: float | None):
+        out, lse = fast_forward.attention(q, k, v, causal=causal, causal_alignment=causal_alignment,
+                                          sm_scale=sm_scale, return_lse=True)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.settings = {"causal": causal, "sm_scale": sm_scale}
+        ctx.settings = {"causal": causal, "causal_alignment": causal_alignment, "sm_scale": sm_scale}
         return out
 
     @staticmethod
@@ -436,11 +533,11 @@ class FastFlashAttention(torch.autograd.Function):
         refuse_second_derivative("FastFlashAttention")  # its gradients carry no graph: fail, never drop a term
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = attention_backward(do.contiguous(), q, k, v, out, lse, **ctx.settings)
-        return dq, dk, dv, None, None
+        return dq, dk, dv, None, None, None
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-              sm_scale: float | None = None) -> torch.Tensor:
+              causal_alignment: str = "top-left", sm_scale: float | None = None) -> torch.Tensor:
     """softmax(q kᵀ · sm_scale) v on the fast paths, differentiable: the drop-in attention of a training step."""
-    return FastFlashAttention.apply(q, k, v, causal, sm_scale)
+    return FastFlashAttention.apply(q, k, v, causal, causal_alignment, sm_scale)
 # --8<-- [end:autograd]

@@ -10,7 +10,7 @@ can time every step of the worklog from one source:
 - LONGEST_FIRST: causal programs with the most tiles start first, so the last wave of the grid is short.
 - FUSED_SCALE: the softmax scale and the max subtraction become one fused multiply-add per score.
 - LAZY_RESCALE: the accumulator is rescaled only when a row's running max grows by more than 8 in log2
-  units (a factor of 2^8 in the exponentials).
+  units (a factor of 2^8 in the exponentials); masked tiles always rescale.
 - OVERLAP: the unmasked loop starts the next tile's scores before the current tile's softmax.
 - WARP_SPECIALIZE: Triton splits the loop into producer (loads) and consumer (math) warps.
 Chapter 7's worklog table says which of them paid off; BEST_FEATURES turns those on.
@@ -20,9 +20,10 @@ forward pass in Gluon, with one warp copying tiles and two warpgroups computing 
 long sequences). On Hopper GPUs `attention` runs that kernel; `gluon=False` (or any feature switch or
 pinned config) runs this file's.
 
-The fast path needs fp16 or bf16, head dim 64 or 128, equal query and key lengths that are a multiple of
-128, and contiguous (batch, heads, seq, head_dim) tensors. Anything else goes to chapter 5's kernel, and
-`attention` says so with a FallbackWarning.
+The fast path needs fp16 or bf16, head dim 64 or 128, and contiguous (batch, heads, seq, head_dim) tensors;
+anything else goes to chapter 5's kernel, and `attention` says so with a FallbackWarning. It takes any lengths,
+query and key lengths that differ (with both causal alignments), and k and v with fewer heads than q
+(grouped-query attention), on both kernels.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from kernels.validate import softmax_scale
 LOG2_E = 1.4426950408889634
 FAST_DTYPES = (torch.float16, torch.bfloat16)
 FAST_HEAD_DIMS = (64, 128)
-SEQ_MULTIPLE = 128
 LAZY_THRESHOLD = 8.0  # in log2 units: skip the rescale while the max grew by less than 8 (a factor of 2^8)
 
 
@@ -53,22 +53,42 @@ class FallbackWarning(UserWarning):
 
 # --8<-- [start:inner]
 @triton.jit
-def _load_tile(src, row, stride_row, offs_rows, offs_d, USE_TMA: tl.constexpr):
-    """One (rows, head_dim) tile starting at `row`: through the tensor descriptor, or with plain pointers."""
+def _load_tile(src, row, row_end, stride_row, offs_rows, offs_d, USE_TMA: tl.constexpr):
+    """One (rows, head_dim) tile starting at `row`: through the tensor descriptor, or with plain pointers.
+
+    Rows at or past row_end (the end of this head's sequence) are not this head's: a pointer load reads them as
+    0, a TMA load reads the next head's rows (or zeros past the tensor's end). Either way the caller masks them.
+    """
     if USE_TMA:
         tile = src.load([row, 0])
     else:
-        tile = tl.load(src + (row + offs_rows)[:, None] * stride_row + offs_d[None, :])
+        rows = row + offs_rows
+        tile = tl.load(src + rows[:, None] * stride_row + offs_d[None, :], mask=rows[:, None] < row_end, other=0.0)
     return tile
 
 
 @triton.jit
-def _softmax_step(acc, m_i, l_i, s, qk_scale, FUSED_SCALE: tl.constexpr, LAZY_RESCALE: tl.constexpr):
+def _softmax_step(acc, m_i, l_i, s, qk_scale, FUSED_SCALE: tl.constexpr, LAZY_RESCALE: tl.constexpr,
+                  MASKED: tl.constexpr = False):
     """Fold one tile of raw scores s into the running max m_i, sum l_i and accumulator acc (base 2).
 
     Returns the new acc (rescaled, not yet added to), m_i, l_i and the probabilities p of this tile.
+    MASKED: s holds -inf scores, and a row may have seen no key yet (its max is -inf): subtract 0 there instead,
+    so that its exponentials are 0, not NaN.
     """
     m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    if MASKED:  # masked tiles always rescale, LAZY_RESCALE or not: a row may have seen no key yet
+        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m_i - m_safe)
+        acc = acc * alpha[:, None]
+        l_i = l_i * alpha
+        m_i = m_new
+        if FUSED_SCALE:
+            p = tl.math.exp2(tl.math.fma(s, qk_scale, -m_safe[:, None]))
+        else:
+            p = tl.math.exp2(s * qk_scale - m_safe[:, None])
+        l_i += tl.sum(p, 1)
+        return acc, m_i, l_i, p
     if LAZY_RESCALE:
         # Keep the old max unless some row grew by more than 8 (log2 units): p stays below 2^8 = 256, which fp32
         # sums and fp16/bf16 tiles hold easily, and most tiles skip the rescale of acc and l.
@@ -92,16 +112,24 @@ def _softmax_step(acc, m_i, l_i, s, qk_scale, FUSED_SCALE: tl.constexpr, LAZY_RE
 
 @triton.jit
 def _kv_loop(acc, m_i, l_i, q, k_src, v_src, kv_row0, stride_kv, offs_m, offs_n, offs_d, lo, hi, qk_scale,
-             BLOCK_N: tl.constexpr, MASKED: tl.constexpr, USE_TMA: tl.constexpr, FUSED_SCALE: tl.constexpr,
-             LAZY_RESCALE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr):
-    """Fold the K/V tiles [lo, hi) into one Q tile's running max m_i, sum l_i and accumulator acc."""
+             causal_offset, N_K, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+             USE_TMA: tl.constexpr, FUSED_SCALE: tl.constexpr, LAZY_RESCALE: tl.constexpr,
+             WARP_SPECIALIZE: tl.constexpr):
+    """Fold the K/V tiles [lo, hi) into one Q tile's running max m_i, sum l_i and accumulator acc.
+
+    MASKED: the diagonal tiles and a partial last tile: keys past N_K, and (CAUSAL) keys after a query's
+    position plus causal_offset, get a score of -inf."""
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
-        k = _load_tile(k_src, kv_row0 + start_n, stride_kv, offs_n, offs_d, USE_TMA)
+        k = _load_tile(k_src, kv_row0 + start_n, kv_row0 + N_K, stride_kv, offs_n, offs_d, USE_TMA)
         s = tl.dot(q, tl.trans(k))
-        if MASKED:  # only the diagonal tiles: hide keys after the query
-            s = tl.where(offs_m[:, None] >= (start_n + offs_n)[None, :], s, -float("inf"))
-        acc, m_i, l_i, p = _softmax_step(acc, m_i, l_i, s, qk_scale, FUSED_SCALE, LAZY_RESCALE)
-        v = _load_tile(v_src, kv_row0 + start_n, stride_kv, offs_n, offs_d, USE_TMA)
+        if MASKED:
+            cols = start_n + offs_n
+            visible = cols[None, :] < N_K
+            if CAUSAL:
+                visible = visible & (cols[None, :] <= offs_m[:, None] + causal_offset)
+            s = tl.where(visible, s, -float("inf"))
+        acc, m_i, l_i, p = _softmax_step(acc, m_i, l_i, s, qk_scale, FUSED_SCALE, LAZY_RESCALE, MASKED)
+        v = _load_tile(v_src, kv_row0 + start_n, kv_row0 + N_K, stride_kv, offs_n, offs_d, USE_TMA)
         acc = tl.dot(p.to(v.dtype), v, acc)
     return acc, m_i, l_i
 # --8<-- [end:inner]
@@ -113,15 +141,15 @@ def _kv_loop_overlapped(acc, m_i, l_i, q, k_src, v_src, kv_row0, stride_kv, offs
                         BLOCK_N: tl.constexpr, USE_TMA: tl.constexpr, FUSED_SCALE: tl.constexpr):
     """The unmasked loop, software-pipelined by hand: the scores of the next tile are started on the tensor
     cores before the softmax of the current tile runs, so the two can overlap. Needs hi - lo >= BLOCK_N."""
-    k = _load_tile(k_src, kv_row0 + lo, stride_kv, offs_n, offs_d, USE_TMA)
+    k = _load_tile(k_src, kv_row0 + lo, kv_row0 + hi, stride_kv, offs_n, offs_d, USE_TMA)
     s = tl.dot(q, tl.trans(k))
     for start_n in range(lo, hi, BLOCK_N):
         # The last iteration recomputes its own tile instead of reading past hi: one wasted dot per loop.
         next_n = tl.minimum(start_n + BLOCK_N, hi - BLOCK_N)
-        k = _load_tile(k_src, kv_row0 + next_n, stride_kv, offs_n, offs_d, USE_TMA)
+        k = _load_tile(k_src, kv_row0 + next_n, kv_row0 + hi, stride_kv, offs_n, offs_d, USE_TMA)
         s_next = tl.dot(q, tl.trans(k))
         acc, m_i, l_i, p = _softmax_step(acc, m_i, l_i, s, qk_scale, FUSED_SCALE, False)
-        v = _load_tile(v_src, kv_row0 + start_n, stride_kv, offs_n, offs_d, USE_TMA)
+        v = _load_tile(v_src, kv_row0 + start_n, kv_row0 + hi, stride_kv, offs_n, offs_d, USE_TMA)
         acc = tl.dot(p.to(v.dtype), v, acc)
         s = s_next
     return acc, m_i, l_i
@@ -140,55 +168,73 @@ def _unmasked(acc, m_i, l_i, q, k_src, v_src, row0, stride_row, offs_m, offs_n, 
                                                 lo, hi, qk_scale, BLOCK_N, USE_TMA, FUSED_SCALE)
     else:
         acc, m_i, l_i = _kv_loop(acc, m_i, l_i, q, k_src, v_src, row0, stride_row, offs_m, offs_n, offs_d, lo, hi,
-                                 qk_scale, BLOCK_N, False, USE_TMA, FUSED_SCALE, LAZY_RESCALE, WARP_SPECIALIZE)
+                                 qk_scale, 0, hi, BLOCK_N, False, False, USE_TMA, FUSED_SCALE, LAZY_RESCALE,
+                                 WARP_SPECIALIZE)
     return acc, m_i, l_i
 
 
+# Lengths and head counts are specialized as Triton does by default (a multiple of 16 or not, 1 or not): unlike
+# chapter 5's kernel, this one keeps the aligned loads and the folded GROUP = 1 that a specialization gives, at the
+# cost of at most a few compiled variants per tile shape. The autotuner's choice is per bucket of lengths.
 @triton.jit
-def _fast_fwd_kernel(q_src, k_src, v_src, o_src, lse_ptr, qk_scale, N, H, stride_row,
+def _fast_fwd_kernel(q_src, k_src, v_src, o_src, o_ptr, lse_ptr, qk_scale, N_Q, N_K, Q_BUCKET, K_BUCKET, H, GROUP,
+                     stride_row,
                      HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     CAUSAL: tl.constexpr, SPLIT_DIAGONAL: tl.constexpr, USE_TMA: tl.constexpr,
-                     LONGEST_FIRST: tl.constexpr, FUSED_SCALE: tl.constexpr, LAZY_RESCALE: tl.constexpr,
-                     WARP_SPECIALIZE: tl.constexpr, OVERLAP: tl.constexpr, STORE_LSE: tl.constexpr):
-    # One program per (Q tile, batch*head). The tensors are seen as 2-D (batch*heads*seq, head_dim).
+                     CAUSAL: tl.constexpr, BOTTOM_RIGHT: tl.constexpr, SPLIT_DIAGONAL: tl.constexpr,
+                     USE_TMA: tl.constexpr, LONGEST_FIRST: tl.constexpr, FUSED_SCALE: tl.constexpr,
+                     LAZY_RESCALE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, OVERLAP: tl.constexpr,
+                     STORE_LSE: tl.constexpr):
+    # One program per (Q tile, batch*head). The tensors are seen as 2-D (batch*heads*seq, head_dim); k and v have
+    # H // GROUP heads, and query head h reads K/V head h // GROUP (grouped-query attention).
     pid_m = tl.program_id(0)
     if CAUSAL and LONGEST_FIRST:
         pid_m = tl.num_programs(0) - 1 - pid_m  # the last Q tiles see the most keys: start them first
-    row0 = tl.program_id(1) * N  # first row of this head in the 2-D view
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    pid_bh = tl.program_id(1)
+    q_row0 = pid_bh * N_Q  # first row of this head in the 2-D view of q
+    kv_row0 = ((pid_bh // H) * (H // GROUP) + (pid_bh % H) // GROUP) * N_K  # ... and of its K/V head
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
 
-    q = _load_tile(q_src, row0 + pid_m * BLOCK_M, stride_row, tl.arange(0, BLOCK_M), offs_d, USE_TMA)
+    q = _load_tile(q_src, q_row0 + start_m, q_row0 + N_Q, stride_row, tl.arange(0, BLOCK_M), offs_d, USE_TMA)
     m_i = tl.full([BLOCK_M], -float("inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
 
+    # Chapter 5's loop bounds: whole tiles every row sees run unmasked, the rest (the diagonal, a partial last
+    # tile) masked. Query i sees keys j <= i + causal_offset: 0 is top-left, N_K - N_Q bottom-right.
+    causal_offset = 0
+    if BOTTOM_RIGHT:
+        causal_offset = N_K - N_Q
     if CAUSAL:
-        diagonal_start = pid_m * BLOCK_M  # keys from here on may come after some query of this tile
-        if SPLIT_DIAGONAL:
-            acc, m_i, l_i = _unmasked(acc, m_i, l_i, q, k_src, v_src, row0, stride_row, offs_m, offs_n, offs_d,
-                                      0, diagonal_start, qk_scale, BLOCK_N, USE_TMA, FUSED_SCALE, LAZY_RESCALE,
-                                      WARP_SPECIALIZE, OVERLAP)
-            acc, m_i, l_i = _kv_loop(acc, m_i, l_i, q, k_src, v_src, row0, stride_row, offs_m, offs_n, offs_d,
-                                     diagonal_start, diagonal_start + BLOCK_M, qk_scale, BLOCK_N, True, USE_TMA,
-                                     FUSED_SCALE, LAZY_RESCALE, WARP_SPECIALIZE)
-        else:  # every tile up to the diagonal pays for the mask
-            acc, m_i, l_i = _kv_loop(acc, m_i, l_i, q, k_src, v_src, row0, stride_row, offs_m, offs_n, offs_d,
-                                     0, diagonal_start + BLOCK_M, qk_scale, BLOCK_N, True, USE_TMA, FUSED_SCALE,
-                                     LAZY_RESCALE, WARP_SPECIALIZE)
+        full_hi = tl.maximum(tl.minimum(start_m + causal_offset + 1, N_K) // BLOCK_N * BLOCK_N, 0)
+        last_row = tl.minimum(start_m + BLOCK_M, N_Q) - 1
+        masked_hi = tl.maximum(tl.minimum(last_row + causal_offset + 1, N_K), full_hi)
     else:
-        acc, m_i, l_i = _unmasked(acc, m_i, l_i, q, k_src, v_src, row0, stride_row, offs_m, offs_n, offs_d,
-                                  0, N, qk_scale, BLOCK_N, USE_TMA, FUSED_SCALE, LAZY_RESCALE, WARP_SPECIALIZE,
-                                  OVERLAP)
+        full_hi = N_K // BLOCK_N * BLOCK_N
+        masked_hi = N_K
+    if CAUSAL and not SPLIT_DIAGONAL:
+        full_hi = 0  # every tile up to the diagonal pays for the mask
+    acc, m_i, l_i = _unmasked(acc, m_i, l_i, q, k_src, v_src, kv_row0, stride_row, offs_m, offs_n, offs_d,
+                              0, full_hi, qk_scale, BLOCK_N, USE_TMA, FUSED_SCALE, LAZY_RESCALE, WARP_SPECIALIZE,
+                              OVERLAP)
+    acc, m_i, l_i = _kv_loop(acc, m_i, l_i, q, k_src, v_src, kv_row0, stride_row, offs_m, offs_n, offs_d,
+                             full_hi, masked_hi, qk_scale, causal_offset, N_K, BLOCK_N, True, CAUSAL, USE_TMA,
+                             FUSED_SCALE, LAZY_RESCALE, WARP_SPECIALIZE)
 
-    out = (acc / l_i[:, None]).to(q.dtype)
-    if USE_TMA:
-        o_src.store([row0 + pid_m * BLOCK_M, 0], out)
-    else:
-        tl.store(o_src + (row0 + offs_m)[:, None] * stride_row + offs_d[None, :], out)
+    # A row that saw no key (bottom-right with N_Q > N_K) gets output 0 and logsumexp -inf.
+    empty = l_i == 0.0
+    l_safe = tl.where(empty, 1.0, l_i)
+    out = (acc / l_safe[:, None]).to(q.dtype)
+    if USE_TMA and start_m + BLOCK_M <= N_Q:
+        o_src.store([q_row0 + start_m, 0], out)
+    else:  # plain stores, and never past this head's last row (a TMA store would write the next head's rows)
+        tl.store(o_ptr + (q_row0 + offs_m)[:, None] * stride_row + offs_d[None, :], out,
+                 mask=offs_m[:, None] < N_Q)
     if STORE_LSE:  # natural-log logsumexp per row, for a backward pass: (m + log2 l) / log2(e)
-        tl.store(lse_ptr + row0 + offs_m, (m_i + tl.math.log2(l_i)) / 1.4426950408889634)
+        lse = tl.where(empty, -float("inf"), (m_i + tl.math.log2(l_safe)) / 1.4426950408889634)
+        tl.store(lse_ptr + q_row0 + offs_m, lse, mask=offs_m < N_Q)
 # --8<-- [end:kernel]
 
 
@@ -229,9 +275,10 @@ def _prune(configs, named_args, **kwargs):
     return configs
 
 
+# Tuned once per power-of-two bucket of lengths and kept on disk, as chapter 5's kernel is.
 _fast_fwd = triton.autotune(
-    configs=CONFIGS, key=["N", "HEAD_DIM", "CAUSAL", *BEST_FEATURES],
-    prune_configs_by={"early_config_prune": _prune},
+    configs=CONFIGS, key=["Q_BUCKET", "K_BUCKET", "HEAD_DIM", "CAUSAL", "BOTTOM_RIGHT", *BEST_FEATURES],
+    prune_configs_by={"early_config_prune": _prune}, cache_results=True,
 )(_fast_fwd_kernel)
 # --8<-- [end:configs]
 
@@ -243,10 +290,6 @@ def shape_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str | Non
         return f"dtype {str(q.dtype).removeprefix('torch.')} (the fast path takes float16 and bfloat16)"
     if q.shape[-1] not in FAST_HEAD_DIMS:
         return f"head dim {q.shape[-1]} (the fast path takes {' and '.join(map(str, FAST_HEAD_DIMS))})"
-    if q.shape[2] != k.shape[2]:
-        return f"query length {q.shape[2]} differs from key length {k.shape[2]}"
-    if q.shape[2] % SEQ_MULTIPLE:
-        return f"sequence length {q.shape[2]} is not a multiple of {SEQ_MULTIPLE}"
     if not all(t.is_contiguous() for t in (q, k, v)):
         return "non-contiguous inputs"
     return None
@@ -297,33 +340,39 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
                                   return_lse=return_lse)
     if causal_alignment not in readable.ALIGNMENTS:
         raise ValueError(f"causal_alignment must be one of {readable.ALIGNMENTS}, got {causal_alignment!r}")
-    # Equal query and key lengths here, so both causal alignments are the same mask.
-    batch, heads, seq, head_dim = q.shape
+    batch, heads, n_q, head_dim = q.shape
+    kv_heads, n_k = k.shape[1], k.shape[2]
     # The Gluon kernel is built from Hopper's own instructions (wgmma): compute capability 9.0 only.
     major, minor = capability(q.device)
     if gluon is None:
         gluon = not features and config is None and major == 9
     elif gluon and major != 9:
         raise ValueError(f"gluon=True needs a Hopper GPU (compute capability 9.0); {q.device} has {major}.{minor}")
+    if q.numel() == 0:  # no query: nothing to compute on either kernel
+        out = torch.empty_like(q)
+        return (out, torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32)) if return_lse else out
     if gluon:
-        return hopper.attention(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=return_lse)
+        return hopper.attention(q, k, v, causal=causal, causal_alignment=causal_alignment, sm_scale=sm_scale,
+                                return_lse=return_lse)
     switches = {**BEST_FEATURES, **features}
     out = torch.empty_like(q)
-    lse = torch.empty((batch, heads, seq), device=q.device, dtype=torch.float32) if return_lse else out
+    lse = torch.empty((batch, heads, n_q), device=q.device, dtype=torch.float32) if return_lse else out
 
-    rows = batch * heads * seq
-    tensors = [t.view(rows, head_dim) for t in (q, k, v, out)]
+    q2, o2 = (t.view(batch * heads * n_q, head_dim) for t in (q, out))
+    k2, v2 = (t.view(batch * kv_heads * n_k, head_dim) for t in (k, v))
     if switches["USE_TMA"]:
         # Placeholder block shapes; _set_block_shapes puts in the real ones before each launch.
-        sources = [TensorDescriptor(t, [rows, head_dim], [head_dim, 1], [64, head_dim]) for t in tensors]
+        sources = [TensorDescriptor(t, list(t.shape), [head_dim, 1], [64, head_dim]) for t in (q2, k2, v2, o2)]
     else:
-        sources = tensors
+        sources = [q2, k2, v2, o2]
 
     def grid(meta):
-        return (triton.cdiv(seq, meta["BLOCK_M"]), batch * heads)
+        return (triton.cdiv(n_q, meta["BLOCK_M"]), batch * heads)
 
-    args = (*sources, lse, sm_scale * LOG2_E, seq, heads, head_dim)
-    meta = dict(HEAD_DIM=head_dim, CAUSAL=bool(causal), STORE_LSE=return_lse, **switches)
+    args = (*sources, o2, lse, sm_scale * LOG2_E, n_q, n_k, readable.length_bucket(n_q),
+            readable.length_bucket(n_k), heads, heads // kv_heads, head_dim)
+    meta = dict(HEAD_DIM=head_dim, CAUSAL=bool(causal), BOTTOM_RIGHT=causal_alignment == "bottom-right",
+                STORE_LSE=return_lse, **switches)
     if config is None:
         _fast_fwd[grid](*args, **meta)
     else:  # one fixed configuration, without the autotuner

@@ -21,8 +21,11 @@ PINGPONG (tried in chapter 9, off by default) makes two warpgroups take turns to
 EXP2_ON_FMA (tried, 0 by default) computes some of the exponentials with a polynomial on the FMA units.
 
 The algorithm is chapter 5's (FlashAttention-2 loop order, online softmax in base 2). The inputs are the
-fast path's: fp16 or bf16, head dim 64 or 128, equal query and key lengths that are a multiple of 128,
-contiguous (batch, heads, seq, head_dim) tensors. `kernels.flash_attention_fast.attention` checks that and
+fast path's: fp16 or bf16, head dim 64 or 128, contiguous (batch, heads, seq, head_dim) tensors, any query and
+key lengths (a partial last tile of keys is masked; a partial last block of queries is stored without TMA, so
+that no row of the next head is overwritten; with fewer queries than keys, both causal alignments), k and v with
+fewer heads than q allowed.
+`kernels.flash_attention_fast.attention` checks that and
 calls `attention` here.
 """
 
@@ -62,31 +65,35 @@ def _items_of_this_program(schedule):
 
 
 @gluon.jit
-def _item(schedule, first, k, seq_len, block_m: gl.constexpr, block_n: gl.constexpr, CAUSAL: gl.constexpr):
-    """This program's k-th work item: its first Q row and first K/V row in the 2-D views, and its K/V tiles.
+def _item(schedule, first, k, dims, block_m: gl.constexpr, block_n: gl.constexpr, CAUSAL: gl.constexpr):
+    """This program's k-th work item: its first Q row in the 2-D view of q and in its sequence, its first K/V row
+    in the 2-D view of k and v, and its number of K/V tiles.
 
+    dims = (queries, query heads, query heads per K/V head, keys, causal offset): query head h reads K/V head
+    h // group, and with CAUSAL query i sees keys up to i + offset (0 top-left, keys - queries bottom-right).
     Which items a program takes, and in which order, is decided on the host (kernels/hopper_schedule.py).
     """
-    blocks = gl.cdiv(seq_len, block_m)
+    seq_q, heads, group, seq_k, offset = dims
+    blocks = gl.cdiv(seq_q, block_m)
     item = gl.load(schedule + first + k)
-    head = item // blocks
+    head = item // blocks  # batch * heads + query head
     block = item % blocks
-    kv_row0 = head * seq_len
+    kv_row0 = ((head // heads) * (heads // group) + (head % heads) // group) * seq_k
     if CAUSAL:  # keys up to the block's last query
-        n_tiles = gl.minimum(gl.cdiv((block + 1) * block_m, block_n), seq_len // block_n)
+        n_tiles = gl.minimum(gl.cdiv(gl.maximum((block + 1) * block_m + offset, 0), block_n), gl.cdiv(seq_k, block_n))
     else:
-        n_tiles = seq_len // block_n
-    return kv_row0 + block * block_m, kv_row0, n_tiles
+        n_tiles = gl.cdiv(seq_k, block_n)  # the last one partial when block_n does not divide the keys
+    return head * seq_q + block * block_m, block * block_m, kv_row0, n_tiles
 # --8<-- [end:items]
 
 
 # --8<-- [start:load]
 @gluon.jit
-def _load_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
+def _load_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
                     CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
-                    EXP2_ON_FMA: gl.constexpr):
+                    EXP2_ON_FMA: gl.constexpr, WHOLE: gl.constexpr):
     """One warp: per item, both Q halves once its Q buffer is free, then K_j and V_j into the ring."""
-    q_desc, k_desc, v_desc, o_desc = descs
+    q_desc, k_desc, v_desc, o_desc, o_ptr = descs
     q_smem, k_smem, v_smem, o_smem = smem
     q_ready, q_free, k_ready, k_free, v_ready, v_free, turn = bars
     stages: gl.constexpr = k_smem.shape[0]
@@ -96,7 +103,7 @@ def _load_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, WAR
     tile = 0  # K/V tiles copied so far, over all items: it picks the ring slot and the barrier phase
     first, n_items = _items_of_this_program(schedule)
     for k in range(n_items):
-        q_row, kv_row0, n_tiles = _item(schedule, first, k, seq_len, block_m, block_n, CAUSAL)
+        q_row, _, kv_row0, n_tiles = _item(schedule, first, k, dims, block_m, block_n, CAUSAL)
         # A barrier completes a phase each time all its arrivals are in. The first wait on a `free`
         # barrier asks for phase 1, which a fresh barrier counts as already complete.
         mbarrier.wait(q_free, (k & 1) ^ 1)
@@ -158,17 +165,40 @@ def _exp2(x, ON_FMA: gl.constexpr):
 
 # --8<-- [start:softmax]
 @gluon.jit
-def _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, CAUSAL: gl.constexpr, EXP2_ON_FMA: gl.constexpr):
-    """Fold one tile of raw scores into the running max m_i and sum l_i (base 2); return p and alpha."""
-    if CAUSAL:
-        block_n: gl.constexpr = s.shape[1]
-        if (j + 1) * block_n > first_row + 1:  # some key of this tile comes after some query: mask
-            rows = first_row + gl.arange(0, s.shape[0], gl.SliceLayout(1, s.type.layout))
+def _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, seq_k, offset, CAUSAL: gl.constexpr,
+                  EXP2_ON_FMA: gl.constexpr, WHOLE: gl.constexpr):
+    """Fold one tile of raw scores into the running max m_i and sum l_i (base 2); return p and alpha.
+
+    Masked: keys past seq_k (a partial last tile, whose rows the copy read from the next head), and with CAUSAL
+    keys after a row's query position plus offset. A row that has seen no key yet keeps the max -inf; its
+    exponentials subtract 0 instead, so they are 0, not NaN. WHOLE: no key past the end, and every row sees key 0,
+    so only the diagonal is masked and no row keeps the max -inf."""
+    block_n: gl.constexpr = s.shape[1]
+    on_diagonal = CAUSAL and (j + 1) * block_n > first_row + offset + 1  # a key of this tile follows a query
+    if WHOLE:
+        if on_diagonal:
+            rows = first_row + offset + gl.arange(0, s.shape[0], gl.SliceLayout(1, s.type.layout))
             keys = j * block_n + gl.arange(0, block_n, gl.SliceLayout(0, s.type.layout))
             s = gl.where(keys[None, :] <= rows[:, None], s, -float("inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-    alpha = gl.exp2(m_i - m_new)
-    p = _exp2(gl.fma(s, qk_scale, -m_new[:, None]), EXP2_ON_FMA)
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        m_use = m_new
+        p = _exp2(gl.fma(s, qk_scale, -m_use[:, None]), EXP2_ON_FMA)
+    elif (j + 1) * block_n > seq_k or on_diagonal:
+        rows = first_row + gl.arange(0, s.shape[0], gl.SliceLayout(1, s.type.layout))
+        keys = j * block_n + gl.arange(0, block_n, gl.SliceLayout(0, s.type.layout))
+        last_key = rows * 0 + (seq_k - 1)  # the last key a row may see
+        if CAUSAL:
+            last_key = gl.minimum(rows + offset, seq_k - 1)
+        s = gl.where(keys[None, :] <= last_key[:, None], s, -float("inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        m_use = gl.where(m_new == -float("inf"), 0.0, m_new)
+        # On the special-function units: the FMA polynomial clamps at 2^-126, and a masked score must give 0.
+        p = gl.exp2(gl.fma(s, qk_scale, -m_use[:, None]))
+    else:
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        m_use = m_new
+        p = _exp2(gl.fma(s, qk_scale, -m_use[:, None]), EXP2_ON_FMA)
+    alpha = gl.exp2(m_i - m_use)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, alpha, m_new, l_i
 # --8<-- [end:softmax]
@@ -176,11 +206,21 @@ def _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, CAUSAL: gl.constexpr, EXP
 
 # --8<-- [start:compute]
 @gluon.jit
-def _compute_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
+def _store_out(o_desc, o, out, q_row):
+    """The output leaves through its own buffer by TMA, while the warpgroup moves on to the next item; only the
+    buffer's previous store has to be finished first."""
+    tma.store_wait(0)
+    o.store(out.to(o.dtype))
+    fence_async_shared()
+    _tma_store(o_desc, [q_row, 0], o)
+
+
+@gluon.jit
+def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
                        CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
-                       EXP2_ON_FMA: gl.constexpr):
+                       EXP2_ON_FMA: gl.constexpr, WHOLE: gl.constexpr):
     """One warpgroup: per item, 64 query rows against its K/V tiles, the next scores overlapping this softmax."""
-    q_desc, k_desc, v_desc, o_desc = descs
+    q_desc, k_desc, v_desc, o_desc, o_ptr = descs
     q_smem, k_smem, v_smem, o_smem = smem
     q_ready, q_free, k_ready, k_free, v_ready, v_free, turn = bars
     stages: gl.constexpr = k_smem.shape[0]
@@ -201,19 +241,29 @@ def _compute_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 
     tile = 0  # K/V tiles used so far, over all items, as in the copying warp
     first, n_items = _items_of_this_program(schedule)
     for k in range(n_items):
-        q_row, kv_row0, n_tiles = _item(schedule, first, k, seq_len, block_m, block_n, CAUSAL)
+        q_row, first_row, kv_row0, n_tiles = _item(schedule, first, k, dims, block_m, block_n, CAUSAL)
         q_row += WARPGROUP * ROWS_PER_WARPGROUP
-        first_row = q_row - kv_row0  # position of this warpgroup's first query in its sequence
+        first_row += WARPGROUP * ROWS_PER_WARPGROUP  # position of this warpgroup's first query in its sequence
         # The tiles this warpgroup needs: with causal attention, the block's later rows may need more; rows
         # past the end of a partial last block need none. It only frees the tiles it does not need.
         n_mine = n_tiles
         if CAUSAL:
-            n_mine = gl.minimum(gl.cdiv(first_row + ROWS_PER_WARPGROUP, block_n), n_tiles)
-        if first_row >= seq_len:
+            n_mine = gl.minimum(gl.cdiv(gl.maximum(first_row + ROWS_PER_WARPGROUP + dims[4], 0), block_n), n_tiles)
+        if first_row >= dims[0]:
             n_mine = 0
         mbarrier.wait(q_ready, k & 1)
         if n_mine == 0:
             mbarrier.arrive(q_free, count=1)
+            if not WHOLE:
+                if first_row < dims[0]:  # rows that see no key (more queries than keys, bottom-right): 0, -inf
+                    rows = gl.arange(0, ROWS_PER_WARPGROUP, o_rows)
+                    cols = gl.arange(0, head_dim, gl.SliceLayout(0, o_layout))
+                    ours = (first_row + rows)[:, None] + cols[None, :] * 0 < dims[0]
+                    gl.store(o_ptr + (q_row + rows)[:, None] * head_dim + cols[None, :],
+                             gl.zeros([ROWS_PER_WARPGROUP, head_dim], dtype, o_layout), mask=ours)
+                    if STORE_LSE:
+                        rows = gl.arange(0, ROWS_PER_WARPGROUP, gl.SliceLayout(1, s_layout))
+                        gl.store(lse_ptr + q_row + rows, rows * 0.0 - float("inf"), mask=first_row + rows < dims[0])
         else:
             # Tile 0 on its own: its scores, then its softmax (nothing to overlap with yet).
             mbarrier.wait(k_ready.index(tile % stages), (tile // stages) & 1)
@@ -225,7 +275,8 @@ def _compute_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 
                 mbarrier.arrive(q_free, count=1)
             m_i = gl.full([ROWS_PER_WARPGROUP], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
             l_i = gl.zeros([ROWS_PER_WARPGROUP], gl.float32, gl.SliceLayout(1, s_layout))
-            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, first_row, CAUSAL, EXP2_ON_FMA)
+            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, 0, first_row, dims[3], dims[4], CAUSAL,
+                                               EXP2_ON_FMA, WHOLE)
             p = gl.convert_layout(p.to(dtype), p_layout)
             acc = gl.zeros([ROWS_PER_WARPGROUP, head_dim], gl.float32, o_layout)
 
@@ -247,7 +298,8 @@ def _compute_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 
                 mbarrier.arrive(k_free.index(slot), count=1)
                 if j == n_mine - 1:
                     mbarrier.arrive(q_free, count=1)
-                p_next, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, CAUSAL, EXP2_ON_FMA)
+                p_next, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, qk_scale, j, first_row, dims[3], dims[4], CAUSAL,
+                                                        EXP2_ON_FMA, WHOLE)
                 p_next = gl.convert_layout(p_next.to(dtype), p_layout)  # 16-bit: half the registers to carry
                 # Now the product must be done: free V_{j-1}, then rescale O to the new running max.
                 acc, p = warpgroup_mma_wait(0, deps=[acc, p])
@@ -261,18 +313,28 @@ def _compute_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 
             acc = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
             acc, p = warpgroup_mma_wait(0, deps=[acc, p])
             mbarrier.arrive(v_free.index(last), count=1)
-            out = acc / gl.convert_layout(l_i, o_rows)[:, None]
+            if WHOLE:
+                l_safe = l_i
+            else:
+                l_safe = gl.where(l_i == 0.0, 1.0, l_i)  # a row that saw no key: output 0, logsumexp -inf
+            out = acc / gl.convert_layout(l_safe, o_rows)[:, None]
 
-            # The output leaves through its own buffer by TMA, while this warpgroup moves on to the next item;
-            # only the buffer's previous store has to be finished first.
-            tma.store_wait(0)
-            o.store(out.to(dtype))
-            fence_async_shared()
-            _tma_store(o_desc, [q_row, 0], o)
+            if WHOLE:
+                _store_out(o_desc, o, out, q_row)
+            elif first_row + ROWS_PER_WARPGROUP <= dims[0]:
+                _store_out(o_desc, o, out, q_row)
+            else:  # rows past the end: a TMA store would write the next head's rows, so store only ours
+                rows = gl.arange(0, ROWS_PER_WARPGROUP, o_rows)
+                cols = gl.arange(0, head_dim, gl.SliceLayout(0, o_layout))
+                ours = (first_row + rows)[:, None] + cols[None, :] * 0 < dims[0]
+                gl.store(o_ptr + (q_row + rows)[:, None] * head_dim + cols[None, :], out.to(dtype), mask=ours)
             if STORE_LSE:  # natural-log logsumexp per row, for a backward pass
                 rows = gl.arange(0, ROWS_PER_WARPGROUP, gl.SliceLayout(1, s_layout))
-                lse = (m_i + gl.log2(l_i)) / 1.4426950408889634
-                gl.store(lse_ptr + q_row + rows, lse)
+                if WHOLE:
+                    gl.store(lse_ptr + q_row + rows, (m_i + gl.log2(l_i)) / 1.4426950408889634)
+                else:
+                    lse = gl.where(l_i == 0.0, -float("inf"), (m_i + gl.log2(l_safe)) / 1.4426950408889634)
+                    gl.store(lse_ptr + q_row + rows, lse, mask=first_row + rows < dims[0])
         for j in range(n_mine, n_tiles):  # tiles the other warpgroups need: free them at once
             mbarrier.wait(k_ready.index((tile + j) % stages), ((tile + j) // stages) & 1)
             mbarrier.arrive(k_free.index((tile + j) % stages), count=1)
@@ -283,27 +345,28 @@ def _compute_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 
 
 
 @gluon.jit
-def _second_warpgroup(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
+def _second_warpgroup(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
                       CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
-                      EXP2_ON_FMA: gl.constexpr):
+                      EXP2_ON_FMA: gl.constexpr, WHOLE: gl.constexpr):
     """Worker partitions share one signature; this one runs the compute role for the second 64 rows."""
-    _compute_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE, PINGPONG,
-                       EXP2_ON_FMA)
+    _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE, PINGPONG,
+                       EXP2_ON_FMA, WHOLE)
 
 
 @gluon.jit
-def _third_warpgroup(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
+def _third_warpgroup(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WARPGROUP: gl.constexpr,
                      CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
-                     EXP2_ON_FMA: gl.constexpr):
-    _compute_partition(descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 2, CAUSAL, STORE_LSE, PINGPONG,
-                       EXP2_ON_FMA)
+                     EXP2_ON_FMA: gl.constexpr, WHOLE: gl.constexpr):
+    _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 2, CAUSAL, STORE_LSE, PINGPONG,
+                       EXP2_ON_FMA, WHOLE)
 # --8<-- [end:compute]
 
 
 # --8<-- [start:kernel]
 @gluon.jit
-def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, seq_len, schedule,
-                       CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, STAGES: gl.constexpr,
+def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, o_ptr, lse_ptr, qk_scale, seq_q, seq_k, offset, heads, group,
+                       schedule,
+                       CAUSAL: gl.constexpr, WHOLE: gl.constexpr, STORE_LSE: gl.constexpr, STAGES: gl.constexpr,
                        PINGPONG: gl.constexpr, EXP2_ON_FMA: gl.constexpr,
                        WARPGROUPS: gl.constexpr, WORKER_REGS: gl.constexpr):
     # Shared memory: the two Q halves, the two output halves, and a ring of STAGES slots for K and for V.
@@ -331,31 +394,32 @@ def _hopper_fwd_kernel(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, seq_le
     if PINGPONG:
         mbarrier.arrive(turn.index(0), count=1)
 
-    descs = (q_desc, k_desc, v_desc, o_desc)
+    descs = (q_desc, k_desc, v_desc, o_desc, o_ptr)
+    dims = (seq_q, heads, group, seq_k, offset)
     smem = (q_smem, k_smem, v_smem, o_smem)
     bars = (q_ready, q_free, k_ready, k_free, v_ready, v_free, turn)
     if WARPGROUPS == 2:
         gl.warp_specialize([
             # The kernel's own 4 warps compute query rows 0-63 of each item.
-            (_compute_partition, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
-                                  PINGPONG, EXP2_ON_FMA)),
+            (_compute_partition, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+                                  PINGPONG, EXP2_ON_FMA, WHOLE)),
             # 4 more warps compute rows 64-127.
-            (_second_warpgroup, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
-                                 PINGPONG, EXP2_ON_FMA)),
+            (_second_warpgroup, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
+                                 PINGPONG, EXP2_ON_FMA, WHOLE)),
             # 1 warp issues the copies.
-            (_load_partition, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
-                               PINGPONG, EXP2_ON_FMA)),
+            (_load_partition, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+                               PINGPONG, EXP2_ON_FMA, WHOLE)),
         ], [4, 1], [WORKER_REGS, 24])
     else:  # the same, with a third computing warpgroup for rows 128-191
         gl.warp_specialize([
-            (_compute_partition, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
-                                  PINGPONG, EXP2_ON_FMA)),
-            (_second_warpgroup, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
-                                 PINGPONG, EXP2_ON_FMA)),
-            (_third_warpgroup, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 2, CAUSAL, STORE_LSE,
-                                PINGPONG, EXP2_ON_FMA)),
-            (_load_partition, (descs, smem, bars, seq_len, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
-                               PINGPONG, EXP2_ON_FMA)),
+            (_compute_partition, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+                                  PINGPONG, EXP2_ON_FMA, WHOLE)),
+            (_second_warpgroup, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 1, CAUSAL, STORE_LSE,
+                                 PINGPONG, EXP2_ON_FMA, WHOLE)),
+            (_third_warpgroup, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 2, CAUSAL, STORE_LSE,
+                                PINGPONG, EXP2_ON_FMA, WHOLE)),
+            (_load_partition, (descs, smem, bars, dims, schedule, qk_scale, lse_ptr, 0, CAUSAL, STORE_LSE,
+                               PINGPONG, EXP2_ON_FMA, WHOLE)),
         ], [4, 4, 1], [WORKER_REGS, WORKER_REGS, 24])
 # --8<-- [end:kernel]
 
@@ -383,9 +447,13 @@ def warpgroups_for(head_dim: int, seq: int, causal: bool) -> int:
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, sm_scale: float,
-              return_lse: bool, out: torch.Tensor | None = None, pingpong: bool = False,
-              schedule: str = "balanced", exp2_on_fma: int = 0, warpgroups: int | None = None):
+              return_lse: bool, causal_alignment: str = "top-left", out: torch.Tensor | None = None,
+              pingpong: bool = False, schedule: str = "balanced", exp2_on_fma: int = 0,
+              warpgroups: int | None = None):
     """The Gluon kernel on inputs the fast path has already checked (see kernels.flash_attention_fast).
+
+    q has Nq queries and k, v Nk keys; with causal, query i sees keys up to i (top-left) or i + Nk - Nq
+    (bottom-right), and a row that sees no key gets 0 and logsumexp -inf.
 
     `out`, if given, must be a contiguous tensor like q; the tests pass one filled with NaN. `pingpong`
     turns on the turn-taking that chapter 9 tried and dropped; `schedule` says which items each program
@@ -399,25 +467,34 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}; got {schedule!r}")
     batch, heads, seq, head_dim = q.shape
+    keys = k.shape[2]
+    offset = keys - seq if causal_alignment == "bottom-right" else 0
+    if pingpong and (keys != seq or seq % BLOCK_N):
+        raise ValueError(f"pingpong takes turns over whole tiles: it needs equal query and key lengths that are a "
+                         f"multiple of {BLOCK_N}, got {seq} and {keys}")
     warpgroups = warpgroups_for(head_dim, seq, causal) if warpgroups is None else warpgroups
     if warpgroups not in REGISTERS or (warpgroups == 3 and (head_dim != 64 or pingpong)):
         raise ValueError(f"warpgroups must be 2, or 3 at head dim 64 without pingpong; got {warpgroups!r} at "
                          f"head dim {head_dim}")
+    # WHOLE: every warpgroup's 64 rows and every K/V tile whole, and every query sees a key: the kernel compiles
+    # without bounds masks or partial stores (the code of chapter 9's grid, equal lengths that are multiples of 128).
+    whole = seq % ROWS_PER_WARPGROUP.value == 0 and keys % BLOCK_N == 0 and offset >= 0
     out = torch.empty_like(q) if out is None else out
     lse = torch.empty((batch, heads, seq), device=q.device, dtype=torch.float32) if return_lse else out
-    rows = batch * heads * seq
 
     def descriptor(t, block_rows):
+        rows = t.shape[0] * t.shape[1] * t.shape[2]
         return TensorDescriptor(t.view(rows, head_dim), [rows, head_dim], [head_dim, 1], [block_rows, head_dim],
                                 _shared_layout(q.dtype, block_rows, head_dim))
 
     # Which items (query rows of one (batch, head) that a program's warpgroups take at once) each program takes.
     table, programs = schedules.table_on(q.device, schedule, batch * heads, seq, warpgroups, BLOCK_N,
-                                         bool(causal), _sm_count(q.device))
+                                         bool(causal), _sm_count(q.device), keys, offset)
     _hopper_fwd_kernel[(programs,)](
         descriptor(q, ROWS_PER_WARPGROUP.value), descriptor(k, BLOCK_N), descriptor(v, BLOCK_N),
-        descriptor(out, ROWS_PER_WARPGROUP.value), lse, sm_scale * LOG2_E, seq, table,
-        CAUSAL=bool(causal), STORE_LSE=return_lse, STAGES=STAGES, PINGPONG=pingpong,
+        descriptor(out, ROWS_PER_WARPGROUP.value), out, lse, sm_scale * LOG2_E, seq, keys, offset, heads,
+        heads // k.shape[1], table,
+        CAUSAL=bool(causal), WHOLE=whole, STORE_LSE=return_lse, STAGES=STAGES, PINGPONG=pingpong,
         EXP2_ON_FMA=exp2_on_fma, WARPGROUPS=warpgroups, WORKER_REGS=REGISTERS[warpgroups][1],
         num_warps=4, maxnreg=REGISTERS[warpgroups][0],
     )

@@ -52,12 +52,16 @@ def in_pairs(heads: int, blocks: int, programs: int) -> list[list[int]]:
 
 
 # --8<-- [start:balanced]
-def tiles_per_warpgroup(block: int, seq: int, warpgroups: int, block_n: int, causal: bool) -> list[int]:
-    """The K/V tiles each warpgroup of one item uses: causal rows stop at the diagonal; rows past the end, none."""
+def tiles_per_warpgroup(block: int, seq: int, warpgroups: int, block_n: int, causal: bool, keys: int | None = None,
+                        offset: int = 0) -> list[int]:
+    """The K/V tiles each warpgroup of one item uses: causal rows stop at the diagonal; rows past the end, none.
+    seq queries against `keys` keys (seq if None); with causal, query i sees keys up to i + offset."""
+    keys = seq if keys is None else keys
     firsts = [block * warpgroups * ROWS_PER_WARPGROUP + w * ROWS_PER_WARPGROUP for w in range(warpgroups)]
+    tiles = -(-keys // block_n)  # the last one partial when block_n does not divide the keys
     if not causal:
-        return [seq // block_n if first < seq else 0 for first in firsts]
-    return [min(-(-(first + ROWS_PER_WARPGROUP) // block_n), seq // block_n) if first < seq else 0
+        return [tiles if first < seq else 0 for first in firsts]
+    return [min(-(-max(first + ROWS_PER_WARPGROUP + offset, 0) // block_n), tiles) if first < seq else 0
             for first in firsts]
 
 
@@ -104,7 +108,7 @@ def as_table(schedule: list[list[int]]) -> list[int]:
 
 @functools.cache
 def table_on(device: torch.device, name: str, heads: int, seq: int, warpgroups: int, block_n: int, causal: bool,
-             sm_count: int) -> tuple[torch.Tensor, int]:
+             sm_count: int, keys: int | None = None, offset: int = 0) -> tuple[torch.Tensor, int]:
     """The schedule `name` as an int32 table on `device`, and its number of programs; built once per shape,
     because the wrapper runs before every launch."""
     blocks = -(-seq // (warpgroups * ROWS_PER_WARPGROUP))
@@ -115,7 +119,7 @@ def table_on(device: torch.device, name: str, heads: int, seq: int, warpgroups: 
     else:
         @functools.cache
         def cost(block):
-            return item_cost(tiles_per_warpgroup(block, seq, warpgroups, block_n, causal))
+            return item_cost(tiles_per_warpgroup(block, seq, warpgroups, block_n, causal, keys, offset))
         schedule = balanced(heads, blocks, min(sm_count, heads * blocks), cost)
     return torch.tensor(as_table(schedule), dtype=torch.int32, device=device), len(schedule)
 # --8<-- [end:table]

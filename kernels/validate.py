@@ -88,3 +88,12 @@ def check_int32_offsets(name: str, tensor: torch.Tensor) -> None:
         raise ValueError(f"{name} reaches element offset {offset:,} (shape {tuple(tensor.shape)}, strides "
                          f"{tuple(tensor.stride())}); this kernel computes 32-bit offsets and reaches offsets below "
                          f"2**31 = {INT32_LIMIT:,} only: split the batch or the heads into several calls")
+
+
+def query_heads_per_kv_head(q_heads: int, kv_heads: int) -> int:
+    """The group size of grouped-query attention: how many query heads share one K/V head (1: multi-head, q_heads:
+    multi-query). Query head h reads K/V head h // group."""
+    if kv_heads < 1 or q_heads % kv_heads:
+        raise ValueError(f"the query heads ({q_heads}) must be a multiple of the K/V heads ({kv_heads}): each K/V head "
+                         "serves a group of query heads (grouped-query attention)")
+    return q_heads // kv_heads

@@ -65,3 +65,14 @@ def test_spills_lists_the_gluon_steps_only_with_what_each_compiled_kernel_record
            "not recorded | 28 |" in text
     assert f"| {keys.index(FINAL)} |" in text and "| 0 |" in text
     assert bench.STEPS[0].title not in text  # the Triton steps compile no Gluon kernel
+
+
+def test_ratio_noise_takes_the_spread_of_each_step_against_its_baseline_over_repeated_turns():
+    keys = [s.key for s in bench.STEPS]
+    rows = [{"kind": "step", "step": key, "head_dim": 64, "causal": False, "tflops_repeats": [100.0, 100.0, 100.0]}
+            for key in keys]
+    rows[1]["tflops_repeats"] = [110.0, 111.1, 108.9]  # against step 0: ratios 1.10, 1.111, 1.089
+    text = bench.ratio_noise({"rows": rows})
+    assert f"Each column's turns ran {bench.STEP_REPEATS} times." in text
+    assert "D=64 non-causal: up to 2.0% (median 0.0%)" in text  # 1.111 / 1.089 - 1; every other pair is flat
+    assert bench.ratio_noise({"rows": []}) == "This run did not repeat the worklog's turns."

@@ -23,6 +23,8 @@ RTOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 def reference(q, k, v, causal=False, alignment="top-left", sm_scale=None):
     """Float64 attention and its natural-log logsumexp; rows with no visible key give 0 and -inf."""
     q, k, v = q.double(), k.double(), v.double()
+    group = q.shape[1] // k.shape[1]  # grouped-query attention: the reference repeats K and V, the kernel must not
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     s = q @ k.transpose(-1, -2) * scale
     n_q, n_k = s.shape[-2:]
@@ -90,6 +92,18 @@ def test_tile_shapes_with_causal(block_m, block_n, alignment, device, rng):
               block_m=block_m, block_n=block_n)
 
 
+# Grouped-query attention: (query heads, K/V heads) from multi-head (group 1) through groups of 2 and 7 to
+# multi-query (one K/V head), at odd lengths with both causal alignments.
+@pytest.mark.parametrize("heads, kv_heads", [(2, 2), (4, 2), (7, 1), (14, 2), (3, 1)],
+                         ids=["mha", "group2", "mqa7", "group7", "mqa3"])
+@pytest.mark.parametrize("n_q, n_k, causal, alignment", [(37, 37, True, "top-left"), (23, 41, True, "bottom-right"),
+                                                         (29, 19, False, "top-left")], ids=["tl", "br", "full"])
+def test_grouped_query_attention_matches_float64(heads, kv_heads, n_q, n_k, causal, alignment, device, rng):
+    q = randn((1, heads, n_q, 16), torch.float32, device, rng)
+    k, v = (randn((1, kv_heads, n_k, 16), torch.float32, device, rng) for _ in range(2))
+    check(q, k, v, causal, alignment)
+
+
 def test_rows_without_keys_are_zero(device, rng):
     # Bottom-right, Nq = 40 > Nk = 8: queries 0..31 see no key at all.
     out, lse = check(*qkv(1, 1, 40, 8, 16, torch.float32, device, rng), causal=True, alignment="bottom-right")
@@ -144,9 +158,9 @@ def _bad(device, **changes):
 
 BAD_INPUTS = {
     "k-head-dim": (lambda d: _bad(d, k=lambda t: torch.randn(1, 2, 8, 32, device=d)), ValueError,
-                   "k must have q's batch, heads and head_dim"),
+                   "k must have q's batch and head_dim"),
     "k-heads": (lambda d: _bad(d, k=lambda t: torch.randn(1, 3, 8, 16, device=d)), ValueError,
-                "k must have q's batch"),
+                r"the query heads \(2\) must be a multiple of the K/V heads \(3\)"),
     "v-length": (lambda d: _bad(d, v=lambda t: torch.randn(1, 2, 9, 16, device=d)), ValueError,
                  r"v must have k's shape"),
     "mixed-dtype": (lambda d: _bad(d, v=lambda t: t.half()), TypeError, "one dtype"),

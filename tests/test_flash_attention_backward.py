@@ -20,8 +20,10 @@ RTOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 def reference_grads(q, k, v, do, causal=False, alignment="top-left", sm_scale=None):
     """(out, dq, dk, dv) by float64 autograd; rows that see no key give out 0 and zero gradients."""
     q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+    group = q.shape[1] // k.shape[1]  # grouped-query attention: autograd sums the repeats' gradients per K/V head
+    k_all, v_all = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
-    s = q @ k.transpose(-1, -2) * scale
+    s = q @ k_all.transpose(-1, -2) * scale
     n_q, n_k = s.shape[-2:]
     if causal:
         offset = 0 if alignment == "top-left" else n_k - n_q
@@ -30,7 +32,7 @@ def reference_grads(q, k, v, do, causal=False, alignment="top-left", sm_scale=No
     m = s.amax(-1, keepdim=True)
     e = torch.exp(s - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
     total = e.sum(-1, keepdim=True)
-    out = (e / torch.where(total == 0, torch.ones_like(total), total)) @ v
+    out = (e / torch.where(total == 0, torch.ones_like(total), total)) @ v_all
     out.backward(do.double())
     return out.detach(), q.grad, k.grad, v.grad
 
@@ -40,10 +42,10 @@ def rel_err(got, ref):
     return (got.double() - ref).norm().item() / (scale if scale else 1.0)
 
 
-def inputs(b, h, n_q, n_k, d, dtype, device, seed=0):
+def inputs(b, h, n_q, n_k, d, dtype, device, seed=0, kv_heads=None):
     generator = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn((b, h, n, d), generator=generator).to(dtype=dtype, device=device)
-               for n in (n_q, n_k, n_k))
+    q, k, v = (torch.randn((b, heads, n, d), generator=generator).to(dtype=dtype, device=device)
+               for heads, n in ((h, n_q), (kv_heads or h, n_k), (kv_heads or h, n_k)))
     do = torch.randn((b, h, n_q, d), generator=generator).to(dtype=dtype, device=device)
     return q, k, v, do
 
@@ -82,6 +84,16 @@ def test_gradients_match_float64_autograd(b, h, n_q, n_k, d, causal, alignment, 
     dq, dk, dv = check(q, k, v, do, causal, alignment)
     if causal and alignment == "bottom-right" and n_q > n_k:
         assert torch.all(dq[:, :, : n_q - n_k] == 0), "rows that see no key must get zero gradients"
+
+
+# Grouped-query attention: dK and dV of a K/V head sum over the query heads of its group (1, 2, 7 and all).
+@pytest.mark.parametrize("heads, kv_heads", [(4, 2), (7, 1), (14, 2), (3, 3)], ids=["group2", "mqa7", "group7", "mha"])
+@pytest.mark.parametrize("n_q, n_k, causal, alignment", [(37, 37, True, "top-left"), (21, 45, True, "bottom-right"),
+                                                         (45, 21, True, "bottom-right"), (30, 19, False, "top-left")],
+                         ids=["tl", "br-long-cache", "br-empty-rows", "full"])
+def test_grouped_query_gradients_match_float64_autograd(heads, kv_heads, n_q, n_k, causal, alignment, device):
+    q, k, v, do = inputs(1, heads, n_q, n_k, 16, torch.float32, device, kv_heads=kv_heads)
+    check(q, k, v, do, causal, alignment)
 
 
 # The interpreter computes 2^x before the mask selects 0, and numpy warns of the overflow it then discards.
@@ -199,6 +211,19 @@ def _poison_the_allocator():
 ])
 def test_gpu_gradients(dtype, n_q, n_k, d, causal, alignment):
     q, k, v, do = inputs(2, 3, n_q, n_k, d, dtype, "cuda", seed=n_q + d)
+    _poison_the_allocator()
+    check(q, k, v, do, causal, alignment)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("heads", "kv_heads", "n_q", "n_k", "d", "causal", "alignment"), [
+    (32, 8, 1000, 1000, 128, True, "top-left"),  # Llama 3's heads
+    (28, 4, 777, 777, 64, False, "top-left"),  # Qwen2.5's
+    (8, 1, 300, 1200, 128, True, "bottom-right"),  # one K/V head: a 70B model's shard, chunked prefill
+])
+def test_gpu_grouped_query_gradients(dtype, heads, kv_heads, n_q, n_k, d, causal, alignment):
+    q, k, v, do = inputs(1, heads, n_q, n_k, d, dtype, "cuda", seed=heads, kv_heads=kv_heads)
     _poison_the_allocator()
     check(q, k, v, do, causal, alignment)
 

@@ -7,6 +7,7 @@ The Gluon kernel's own tests are in tests/test_flash_attention_backward_hopper.p
 """
 
 import itertools
+import warnings
 
 import pytest
 import torch
@@ -25,14 +26,15 @@ def step_id(switches: dict) -> str:
     return "-".join(name.lower() for name, on in switches.items() if on) or "none"
 
 
-def check(q, k, v, do, causal, **kwargs):
-    out, lse = forward_attention(q, k, v, causal=causal, return_lse=True)
-    grads = fast.attention_backward(do, q, k, v, out, lse, causal=causal, **kwargs)
-    _, *expected = reference_grads(q, k, v, do, causal)
+def check(q, k, v, do, causal, alignment="top-left", **kwargs):
+    out, lse = forward_attention(q, k, v, causal=causal, causal_alignment=alignment, return_lse=True)
+    grads = fast.attention_backward(do, q, k, v, out, lse, causal=causal, causal_alignment=alignment, **kwargs)
+    _, *expected = reference_grads(q, k, v, do, causal, alignment)
     for name, got, ref, source in zip("qkv", grads, expected, (q, k, v), strict=True):
         assert got.shape == source.shape and got.dtype == source.dtype, name
         assert not torch.isnan(got).any(), f"d{name} has NaN"
         assert rel_err(got, ref) <= RTOL[q.dtype], f"d{name}: relative error {rel_err(got, ref):.2e}"
+    return grads
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -56,9 +58,43 @@ def test_a_second_derivative_through_the_fast_path_raises(device):
 
 
 def test_inputs_off_the_fast_path_fall_back_to_chapter_10_with_a_reason(device):
-    q, k, v, do = inputs(1, 1, 200, 200, 64, torch.float16, device)  # 200 is not a multiple of 128
-    with pytest.warns(FallbackWarning, match="sequence length 200 is not a multiple of 128"):
+    q, k, v, do = inputs(1, 1, 200, 200, 96, torch.float16, device)
+    with pytest.warns(FallbackWarning, match="head dim 96"):
         check(q, k, v, do, True)
+
+
+# Any length, chunked prefill (fewer queries than keys, and the other way round), grouped heads: every partial
+# tile masked in both kernels, every partial block stored without writing the next head's rows.
+@pytest.mark.parametrize(("heads", "kv_heads", "n_q", "n_k", "causal", "alignment"), [
+    (2, 1, 200, 200, True, "top-left"),
+    (2, 2, 333, 333, False, "top-left"),
+    (2, 1, 100, 300, True, "bottom-right"),
+    (2, 2, 300, 100, True, "bottom-right"),  # the first 200 queries see no key: zero gradients
+    (3, 3, 140, 260, False, "top-left"),
+    (2, 1, 128, 384, True, "top-left"),  # whole tiles (WHOLE): key blocks no query sees
+    (2, 2, 384, 128, True, "bottom-right"),  # whole tiles, 256 queries that see no key
+])
+@pytest.mark.parametrize("switches", [{}, {"USE_TMA": False, "TRANSPOSED": False}, {"ATOMIC_DQ": True},
+                                      {"ATOMIC_DQ": True, "USE_TMA": False}, {"SPLIT_DIAGONAL": False}],
+                         ids=["best", "pointers", "atomic-dq", "atomic-dq-pointers", "no-split"])
+def test_any_length_and_chunked_prefill_match_float64(heads, kv_heads, n_q, n_k, causal, alignment, switches,
+                                                      device):
+    q, k, v, do = inputs(1, heads, n_q, n_k, 64, torch.float16, device, kv_heads=kv_heads)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)  # these shapes must take the fast backward
+        dq, _, _ = check(q, k, v, do, causal, alignment, **switches)
+    if causal and alignment == "bottom-right" and n_q > n_k:
+        assert torch.all(dq[:, :, : n_q - n_k] == 0), "rows that see no key must get zero gradients"
+
+
+@pytest.mark.parametrize(("heads", "kv_heads"), [(4, 2), (3, 1)], ids=["group2", "mqa3"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("switches", [{}, {"ATOMIC_DQ": True}, {"USE_TMA": False, "TRANSPOSED": False}],
+                         ids=["best", "atomic-dq", "pointers"])
+def test_grouped_heads_match_float64(heads, kv_heads, causal, switches, device):
+    """dK and dV of a K/V head sum over its group's query heads, in the program that owns those keys."""
+    q, k, v, do = inputs(1, heads, 256, 256, 64, torch.float16, device, kv_heads=kv_heads)
+    check(q, k, v, do, causal, **switches)
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -118,7 +154,8 @@ def test_unknown_switch_is_named(device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize(("n", "d", "causal"), [(128, 64, True), (1024, 64, False), (1024, 128, True),
-                                                (2048, 64, True), (384, 128, False)])
+                                                (2048, 64, True), (384, 128, False), (1000, 64, True),
+                                                (333, 128, False)])  # the last two: partial tiles
 @pytest.mark.parametrize("switches", [{}, {"GLUON": False}, {"GLUON": False, "ATOMIC_DQ": True}],
                          ids=["final", "triton", "triton-atomic"])
 def test_gpu_gradients_with_the_autotuner(dtype, n, d, causal, switches):
@@ -138,8 +175,9 @@ def test_gpu_on_hopper_the_final_path_is_the_gluon_kernel(monkeypatch):
     calls = []
     monkeypatch.setattr(hopper, "attention_backward", lambda *args, **kwargs: calls.append(kwargs) or (q, k, v))
     fast.attention_backward(do, q, k, v, out, lse, causal=True)
-    assert calls == [{"causal": True, "sm_scale": 64**-0.5, "kv_in_registers": True, "dq_by_turns": True,
-                     "longest_first": True, "rows_in_accumulators": True, "rows_in_shared": True}]
+    assert calls == [{"causal": True, "causal_alignment": "top-left", "sm_scale": 64**-0.5, "kv_in_registers": True,
+                      "dq_by_turns": True, "longest_first": True, "rows_in_accumulators": True,
+                      "rows_in_shared": True}]
     fast.attention_backward(do, q, k, v, out, lse, GLUON=False)
     assert len(calls) == 1  # GLUON=False: the Triton kernels
     with pytest.raises(ValueError, match="pass GLUON=False with them"):
@@ -168,3 +206,10 @@ def test_gpu_fast_path_trains_like_sdpa(causal):
     for mine, sdpa, ref in zip(ours, theirs, expected, strict=True):
         # As close to float64 as SDPA's own gradients are, within a factor of two.
         assert rel_err(mine.grad, ref) <= 2 * rel_err(sdpa.grad, ref) + 1e-4
+
+
+def test_no_query_gives_no_gradient(device):
+    q, k, v, do = inputs(1, 2, 0, 128, 64, torch.float16, device)
+    out, lse = forward_attention(q, k, v, return_lse=True)
+    dq, dk, dv = fast.attention_backward(do, q, k, v, out, lse)
+    assert dq.shape == q.shape and torch.all(dk == 0) and torch.all(dv == 0)

@@ -27,7 +27,6 @@ def test_without_a_gpu_it_says_gluon_needs_one(device):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(("n", "d", "dtype", "message"), [
-    (200, 64, torch.float16, "sequence length 200 is not a multiple of 128"),
     (256, 80, torch.float16, "head dim"),
     (256, 64, torch.float32, "float32"),
 ])
@@ -66,6 +65,45 @@ def test_gpu_launch_order_covers_every_program(batch, heads):
     for name, got, ref in zip("qkv", grads, expected, strict=True):
         assert not torch.isnan(got).any(), f"d{name} has NaN"
         assert rel_err(got, ref) <= RTOL[torch.float16], f"d{name}: relative error {rel_err(got, ref):.2e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("heads", "kv_heads", "n_q", "n_k", "causal", "alignment"), [
+    (4, 2, 200, 200, True, "top-left"),  # a partial last block of keys and of queries
+    (3, 3, 1000, 1000, False, "top-left"),
+    (4, 1, 300, 1000, True, "bottom-right"),  # chunked prefill: fewer queries than keys
+    (2, 2, 1000, 300, True, "bottom-right"),  # the first 700 queries see no key: zero gradients
+    (2, 1, 129, 383, False, "top-left"),
+])
+@pytest.mark.parametrize("d", [64, 128])
+def test_gpu_any_length_and_chunked_prefill(heads, kv_heads, n_q, n_k, causal, alignment, d):
+    q, k, v, do = inputs(2, heads, n_q, n_k, d, torch.bfloat16, "cuda", seed=n_q + d, kv_heads=kv_heads)
+    out, lse = forward_attention(q, k, v, causal=causal, causal_alignment=alignment, return_lse=True)
+    _poison_the_allocator()
+    grads = hopper.attention_backward(do, q, k, v, out, lse, causal=causal, causal_alignment=alignment)
+    _, *expected = reference_grads(q, k, v, do, causal, alignment)
+    for name, got, ref in zip("qkv", grads, expected, strict=True):
+        assert not torch.isnan(got).any(), f"d{name} has NaN"
+        assert rel_err(got, ref) <= RTOL[torch.bfloat16], f"d{name}: relative error {rel_err(got, ref):.2e}"
+    if causal and alignment == "bottom-right" and n_q > n_k:
+        assert torch.all(grads[0][:, :, : n_q - n_k] == 0), "rows that see no key must get zero gradients"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("batch", "heads", "kv_heads"), [(1, 8, 2), (2, 7, 1), (1, 12, 3), (3, 4, 4)])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_grouped_heads_sum_into_each_kv_head(batch, heads, kv_heads, d, causal):
+    """Grouped-query attention: a program owns a block of keys of one K/V head and runs every Q block of every
+    query head of its group, so dK and dV sum over the group; step 11's launch order groups K/V heads."""
+    q, k, v, do = inputs(batch, heads, 384, 384, d, torch.bfloat16, "cuda", seed=heads + d, kv_heads=kv_heads)
+    out, lse = forward_attention(q, k, v, causal=causal, return_lse=True)
+    _poison_the_allocator()
+    grads = hopper.attention_backward(do, q, k, v, out, lse, causal=causal)
+    _, *expected = reference_grads(q, k, v, do, causal)
+    for name, got, ref in zip("qkv", grads, expected, strict=True):
+        assert not torch.isnan(got).any(), f"d{name} has NaN"
+        assert rel_err(got, ref) <= RTOL[torch.bfloat16], f"d{name}: relative error {rel_err(got, ref):.2e}"
 
 
 @pytest.mark.gpu

@@ -12,7 +12,7 @@ import pytest
 from tests.test_flash_attention_hopper import SHARED_MEMORY_PER_BLOCK, compiled_in_fresh_process
 
 
-def compile_for_hopper(head_dim: int, causal: bool) -> dict:
+def compile_for_hopper(head_dim: int, causal: bool, whole: bool = True) -> dict:
     """Compile the kernel as the wrapper launches it (steps 9 and 10 where there is room, step 11's launch order when
     causal, step 12 at head dim 128, step 13) for compute capability 9.0; runs in the subprocess."""
     import triton
@@ -35,11 +35,16 @@ def compile_for_hopper(head_dim: int, causal: bool) -> dict:
     signature = {"q_desc": q_block, "k_desc": kv_block, "v_desc": kv_block, "do_desc": q_block,
                  "k_dq_desc": descriptor_type(2 * keys, dq_cols),
                  "dq_desc": descriptor_type(hopper.BLOCK_M, dq_cols, "fp32"), "dk_desc": kv_block,
-                 "dv_desc": kv_block, "lse2_src": rows_block, "delta_src": rows_block, "qk_scale": "fp32",
-                 "sm_scale": "fp32", "seq_len": "i32", "CAUSAL": "constexpr", "STAGES": "constexpr",
+                 "dv_desc": kv_block, "dk_ptr": "*fp16", "dv_ptr": "*fp16", "lse2_src": rows_block,
+                 "delta_src": rows_block, "qk_scale": "fp32",
+                 "sm_scale": "fp32", "seq_q": "i32", "seq_k": "i32", "offset": "i32", "heads": "i32", "group": "i32",
+                 "row_pitch": "i32",
+                 "CAUSAL": "constexpr", "WHOLE": "constexpr",
+                 "STAGES": "constexpr",
                  "WORKER_REGS": "constexpr", "KV_IN_REGISTERS": "constexpr", "HEADS_PER_GROUP": "constexpr",
                  "ROWS_IN_ACCUMULATORS": "constexpr", "ROWS_IN_SHARED": "constexpr"}
-    constants = {"CAUSAL": causal, "STAGES": hopper.STAGES[head_dim], "WORKER_REGS": hopper.REGISTERS[1],
+    constants = {"CAUSAL": causal, "WHOLE": whole, "STAGES": hopper.STAGES[head_dim],
+                 "WORKER_REGS": hopper.REGISTERS[1],
                  "KV_IN_REGISTERS": room, "HEADS_PER_GROUP": hopper.HEADS_AT_A_TIME if causal else 0,
                  "ROWS_IN_ACCUMULATORS": hopper.ROWS_IN_ACCUMULATORS_AT[head_dim], "ROWS_IN_SHARED": True}
     source = GluonASTSource(fn=hopper._hopper_bwd_kernel, signature=signature, constexprs=constants)
@@ -68,6 +73,17 @@ def test_compiles_for_hopper(head_dim, causal):
         assert "m64n32k16" not in ptx  # step 10: dQ's product covers all 64 columns, not two halves of 32
     else:  # step 8: only dV's and dK's products (Pᵀ and dSᵀ from registers, 16 queries per instruction)
         assert len(from_registers) == 2 * 2 * (hopper.BLOCK_M // 16)
+
+
+def test_any_length_compiles_for_hopper():
+    """Lengths that are not multiples of 128 compile the bounds masks and the masked dK and dV stores (WHOLE=False);
+    the whole-block kernel stores dK and dV by TMA alone."""
+    partial = compiled_in_fresh_process("tests.test_flash_attention_backward_hopper_compiles",
+                                        "compile_for_hopper(128, True, whole=False)")
+    whole = compiled_in_fresh_process("tests.test_flash_attention_backward_hopper_compiles",
+                                      "compile_for_hopper(128, True)")
+    assert partial["shared"] <= SHARED_MEMORY_PER_BLOCK
+    assert "st.global" not in whole["ptx"] and "st.global" in partial["ptx"]
 
 
 def tile_error(width: int) -> dict:

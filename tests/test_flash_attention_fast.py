@@ -65,8 +65,8 @@ def test_unknown_switch_is_an_error(device):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_fallback_says_why_and_is_correct(device, rng, causal):
-    # 40 tokens is no multiple of 128 (and on a CPU the interpreter is the reason): chapter 5's kernel runs.
-    q, k, v = make_qkv(1, 2, 40, 64, torch.float16, device, rng)
+    # Head dim 96 is off the fast path (and on a CPU the interpreter is the reason): chapter 5's kernel runs.
+    q, k, v = make_qkv(1, 2, 40, 96, torch.float16, device, rng)
     with pytest.warns(fast.FallbackWarning, match="falling back to chapter 5's kernel"):
         out = fast.attention(q, k, v, causal=causal)
     assert rel_error(out, reference(q, k, v, causal)) < TOLERANCE[torch.float16]
@@ -183,16 +183,65 @@ def test_every_worklog_step_is_correct(rng, switches, causal, d):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("n_q", "n_k", "d", "dtype"), [(1000, 1000, 64, torch.float16), (384, 640, 128, torch.float16),
-                                                        (512, 512, 96, torch.bfloat16), (512, 512, 64, torch.float32)])
-def test_odd_inputs_fall_back_correctly(rng, n_q, n_k, d, dtype):
-    q = torch.randn(2, 3, n_q, d, generator=rng).to("cuda", dtype)
-    k, v = (torch.randn(2, 3, n_k, d, generator=rng).to("cuda", dtype) for _ in range(2))
+@pytest.mark.parametrize(("d", "dtype"), [(96, torch.bfloat16), (64, torch.float32)])
+def test_odd_inputs_fall_back_correctly(rng, d, dtype):
+    q, k, v = (torch.randn(2, 3, 512, d, generator=rng).to("cuda", dtype) for _ in range(3))
     with pytest.warns(fast.FallbackWarning):
         out = fast.attention(q, k, v)
     expected = readable.attention(q, k, v)
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
     assert rel_error(out, reference(q, k, v, causal=False)) < TOLERANCE.get(dtype, 1e-5) * 2
+
+
+def reference_any(q, k, v, causal, alignment):
+    """float64 attention with grouped K/V heads and either causal alignment; rows that see no key give 0."""
+    group = q.shape[1] // k.shape[1]
+    k, v = (t.double().repeat_interleave(group, dim=1) for t in (k, v))
+    s = (q.double() @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    n_q, n_k = s.shape[-2:]
+    if causal:
+        offset = 0 if alignment == "top-left" else n_k - n_q
+        hidden = torch.arange(n_k, device=q.device)[None, :] > torch.arange(n_q, device=q.device)[:, None] + offset
+        s = s.masked_fill(hidden, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.nan_to_num(torch.exp(s - lse[..., None]), nan=0.0) @ v, lse
+
+
+# Real models' shapes: grouped K/V heads (Llama 3: 32/8, Qwen2.5: 28/4, a sharded 70B: 8/1), lengths that are not
+# a multiple of 128, and chunked prefill (fewer queries than keys, bottom-right).
+ANY_SHAPES = [  # (heads, kv_heads, n_q, n_k, causal, alignment)
+    (4, 1, 1000, 1000, True, "top-left"),
+    (8, 2, 3000, 3000, False, "top-left"),
+    (7, 1, 255, 255, True, "top-left"),
+    (4, 4, 129, 129, True, "top-left"),
+    (4, 2, 300, 2000, True, "bottom-right"),
+    (4, 2, 2000, 300, True, "bottom-right"),
+    (4, 4, 1, 777, True, "bottom-right"),
+    (6, 3, 640, 384, False, "top-left"),
+    (4, 1, 1024, 1024, True, "top-left"),
+    (32, 8, 512, 512, False, "top-left"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("gluon", [None, False], ids=["default", "triton"])
+@pytest.mark.parametrize(("heads", "kv_heads", "n_q", "n_k", "causal", "alignment"), ANY_SHAPES)
+def test_fast_path_takes_any_length_and_grouped_heads(rng, heads, kv_heads, n_q, n_k, causal, alignment, gluon, d,
+                                                      dtype):
+    q = torch.randn(2, heads, n_q, d, generator=rng).to("cuda", dtype)
+    k, v = (torch.randn(2, kv_heads, n_k, d, generator=rng).to("cuda", dtype) for _ in range(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fast.FallbackWarning)  # these shapes must take the fast path
+        out, lse = poisoned_call(lambda: fast.attention(q, k, v, causal=causal, causal_alignment=alignment,
+                                                        return_lse=True, gluon=gluon), q)
+    ref, ref_lse = reference_any(q, k, v, causal, alignment)
+    assert not out.isnan().any(), "some output element was never written"
+    assert rel_error(out, ref) < TOLERANCE[dtype]
+    seen = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isneginf(lse), ~seen), "lse must be -inf exactly for rows that see no key"
+    torch.testing.assert_close(lse[seen].double(), ref_lse[seen], rtol=0, atol=1e-3)
 
 
 # --- GPU: the Gluon kernel (the worklog's last step) -----------------------------------------------------
@@ -269,3 +318,24 @@ def test_gluon_on_a_gpu_other_than_hopper_is_refused(rng, monkeypatch):
         fast.attention(q, k, v, gluon=True)
     # Without gluon=True, such a GPU takes the Triton kernel (on this GPU it still runs, so check it).
     assert rel_error(fast.attention(q, k, v), reference(q, k, v, False)) < TOLERANCE[torch.float16]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("switches", [{"LAZY_RESCALE": True}, {"SPLIT_DIAGONAL": False}, {"OVERLAP": True}])
+def test_gpu_worklog_switches_give_empty_rows_zero(rng, switches):
+    """More queries than keys, bottom-right: the first 230 rows see no key, on every switch of the Triton kernel."""
+    q = torch.randn(1, 2, 300, 64, generator=rng).to("cuda", torch.float16)
+    k, v = (torch.randn(1, 2, 70, 64, generator=rng).to("cuda", torch.float16) for _ in range(2))
+    out, lse = fast.attention(q, k, v, causal=True, causal_alignment="bottom-right", return_lse=True, **switches)
+    ref, ref_lse = reference_any(q, k, v, True, "bottom-right")
+    assert not out.isnan().any() and torch.all(out[:, :, :230] == 0)
+    assert rel_error(out, ref) < TOLERANCE[torch.float16]
+    assert torch.equal(torch.isneginf(lse), ~torch.isfinite(ref_lse))
+
+
+@pytest.mark.gpu
+def test_gpu_no_query_returns_empty(rng):
+    q = torch.randn(1, 2, 0, 64).to("cuda", torch.float16)
+    k = torch.randn(1, 2, 128, 64, generator=rng).to("cuda", torch.float16)
+    out, lse = fast.attention(q, k, k, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (1, 2, 0)

@@ -18,7 +18,8 @@ from book import ROOT
 SHARED_MEMORY_PER_BLOCK = 227 * 1024  # H100 datasheet: up to 227 KB of shared memory per thread block
 
 
-def compile_for_hopper(head_dim: int, causal: bool, exp2_on_fma: int = 0, warpgroups: int = 2) -> dict:
+def compile_for_hopper(head_dim: int, causal: bool, exp2_on_fma: int = 0, warpgroups: int = 2,
+                      whole: bool = True) -> dict:
     """Compile the kernel for compute capability 9.0; runs in the subprocess."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -32,11 +33,14 @@ def compile_for_hopper(head_dim: int, causal: bool, exp2_on_fma: int = 0, warpgr
         return f"tensordesc<fp16[{rows}, {head_dim}],{layout!r}>"
 
     q_block, kv_block = descriptor_type(hopper.ROWS_PER_WARPGROUP.value), descriptor_type(hopper.BLOCK_N)
-    signature = {"q_desc": q_block, "k_desc": kv_block, "v_desc": kv_block, "o_desc": q_block, "lse_ptr": "*fp32",
-                 "qk_scale": "fp32", "seq_len": "i32", "schedule": "*i32", "CAUSAL": "constexpr",
+    signature = {"q_desc": q_block, "k_desc": kv_block, "v_desc": kv_block, "o_desc": q_block, "o_ptr": "*fp16",
+                 "lse_ptr": "*fp32",
+                 "qk_scale": "fp32", "seq_q": "i32", "seq_k": "i32", "offset": "i32", "heads": "i32", "group": "i32",
+                 "schedule": "*i32",
+                 "CAUSAL": "constexpr", "WHOLE": "constexpr",
                  "STORE_LSE": "constexpr", "STAGES": "constexpr", "PINGPONG": "constexpr",
                  "EXP2_ON_FMA": "constexpr", "WARPGROUPS": "constexpr", "WORKER_REGS": "constexpr"}
-    constants = {"CAUSAL": causal, "STORE_LSE": True, "STAGES": hopper.STAGES, "PINGPONG": False,
+    constants = {"CAUSAL": causal, "WHOLE": whole, "STORE_LSE": True, "STAGES": hopper.STAGES, "PINGPONG": False,
                  "EXP2_ON_FMA": exp2_on_fma, "WARPGROUPS": warpgroups,
                  "WORKER_REGS": hopper.REGISTERS[warpgroups][1]}
     source = GluonASTSource(fn=hopper._hopper_fwd_kernel, signature=signature, constexprs=constants)
@@ -64,6 +68,18 @@ def test_compiles_for_hopper(head_dim, warpgroups, causal):
     assert "wgmma.mma_async" in ptx and "wgmma.wait_group.sync.aligned 1" in ptx  # async products, overlapped
     assert "setmaxnreg" in ptx  # registers moved between the roles
     assert compiled["shared"] <= SHARED_MEMORY_PER_BLOCK
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_any_length_compiles_for_hopper_and_whole_tiles_drop_the_bounds(head_dim):
+    """Lengths that are not multiples of the tiles compile the bounds masks and the partial stores (WHOLE=False);
+    the whole-tile kernel (the book's grid) has none of them, so it stays as short as before they existed."""
+    partial = compiled_in_fresh_process("tests.test_flash_attention_hopper",
+                                        f"compile_for_hopper({head_dim}, True, whole=False)")
+    whole = compiled_in_fresh_process("tests.test_flash_attention_hopper", f"compile_for_hopper({head_dim}, True)")
+    assert partial["shared"] <= SHARED_MEMORY_PER_BLOCK
+    stores = [ptx.count("st.global") for ptx in (whole["ptx"], partial["ptx"])]
+    assert stores[1] > stores[0]  # the masked stores of a partial block of rows
 
 
 def test_exp2_on_the_fma_units_is_accurate():

@@ -17,6 +17,8 @@ Before timing, every implementation's gradients of the first (batch, head) are c
 
 from __future__ import annotations
 
+import statistics
+
 from book import render
 from book.bench.backward import BACKENDS, BACKWARD_FLOPS, DTYPES, GRAD_RTOL, HEADS, SIZES, TOKENS, _plain, speed_panels
 from book.bench.registry import Benchmark, Progress
@@ -26,7 +28,8 @@ from book.bench.worklog import Step
 N = 4096
 SHAPES = [(d, causal) for d in (64, 128) for causal in (False, True)]
 DQ_SIZES = [1024, 16384]  # N = 4096 is the worklog's atomic step
-STEP_BUDGET_MS = 3000  # GPU time per worklog column, over all its steps and peers
+STEP_BUDGET_MS = 3000  # GPU time per worklog column, over all its steps and peers, per repetition
+STEP_REPEATS = 3  # each column's turns run this many times: the spread of a step's ratio to its baseline
 SPEED_BUDGET_MS = 1500  # GPU time per row of the dq and speed kinds
 TARGET_FROM = 2048
 TARGET_RATIO = 1.0  # fast backward / the fastest SDPA backend, N >= TARGET_FROM
@@ -291,7 +294,12 @@ def _measure_steps(d: int, causal: bool, progress: Progress) -> list[dict]:
             _checked(fn, expected, "float16", name)
             peers[name] = fn
     torch.cuda.synchronize()
-    times = gpu_ms_interleaved({**fns, **peers}, budget_ms=STEP_BUDGET_MS)
+    # The same turns, STEP_REPEATS times: the first gives the table; the repetitions show how much a ratio of two
+    # steps timed in the same turns moves by itself (the noise bound of the worklog).
+    repeats = [gpu_ms_interleaved({**fns, **peers}, budget_ms=STEP_BUDGET_MS) for _ in range(STEP_REPEATS)]
+    times = repeats[0]
+    for key, row in rows.items():
+        row["tflops_repeats"] = [tflops(flops, again.get(key)) for again in repeats]
     peer_tflops = {name: tflops(flops, times.get(name)) for name in BACKENDS}
     best = max((t for t in peer_tflops.values() if t is not None), default=None)
     for key, row in rows.items():
@@ -543,6 +551,30 @@ def noise(result: dict) -> str:
                 f"at N = {n:,} the two readings differ by up to {max(d):.1%}" for n, d in sorted(spread.items())) + ".")
 
 
+def ratio_noise(result: dict) -> str:
+    """How much a step's ratio to the last kept step before it moves when the same turns run again: per column, the
+    largest spread (max / min - 1) over the worklog's steps. The bound a change must pass to count."""
+    by = {(r["step"], r["head_dim"], r["causal"]): r for r in _rows(result, "step")}
+    parts = []
+    for d, c in SHAPES:
+        spreads, base = [], STEPS[0]
+        for step in STEPS[1:]:
+            now, before = by.get((step.key, d, c)), by.get((base.key, d, c))
+            pairs = list(zip((now or {}).get("tflops_repeats") or [], (before or {}).get("tflops_repeats") or [],
+                             strict=False))
+            ratios = [a / b for a, b in pairs if a and b]
+            if len(ratios) > 1:
+                spreads.append(max(ratios) / min(ratios) - 1)
+            if step.kept:
+                base = step
+        if spreads:
+            parts.append(f"{_label(d, c)}: up to {max(spreads):.1%} (median {statistics.median(spreads):.1%})")
+    if not parts:
+        return "This run did not repeat the worklog's turns."
+    return (f"Each column's turns ran {STEP_REPEATS} times. A step's ratio to the last kept step before it moved "
+            "between the repetitions by: " + "; ".join(parts) + ".")
+
+
 def versus_readable(result: dict) -> str:
     """The fast backward against chapter 10's kernels, over the whole grid."""
     ratios = [r["fast_backward"] / r["readable_backward"] for r in _rows(result, "speed")
@@ -580,7 +612,7 @@ BENCHMARK = Benchmark(
     run=run,
     views={"steps": steps_table, "deltas": step_deltas, "tiles": tile_changes, "predictions": predictions,
            "spills": spills, "dq": dq_table,
-           "noise": noise, "table": table, "step-table": step_table, "targets": targets,
+           "noise": noise, "ratio-noise": ratio_noise, "table": table, "step-table": step_table, "targets": targets,
            "versus-readable": versus_readable,
            "checks": checks, "plot": plot},
     awaiting_gpu="issue 20: the fast backward's first GPU run",

@@ -153,14 +153,14 @@ def verdict(result: dict) -> str:
     by_group: dict[str, list[float]] = {}
     for r in target_rows:
         by_group.setdefault(_label(r), []).append(r["ratio"])
-    ranges = "; ".join(f"{label}: {min(v):.2f}–{max(v):.2f}×" for label, v in by_group.items())
+    ranges = "; ".join(f"{label}: {min(v):.3f}–{max(v):.3f}×" for label, v in by_group.items())
     lines.append(f"    Ratio range per group at N ≥ {TARGET_FROM}: {ranges}.")
     kind = "success" if not floor_miss else "warning"
     lines.append("")
     lines.append(f'!!! {kind} "Target 2: nowhere below {FLOOR_RATIO:.1f}× the fastest backend"')
     lines.append(f"    {len(rows) - len(floor_miss)} of {len(rows)} rows are at or above {FLOOR_RATIO:.1f}×. "
-                 f"Lowest: {worst['ratio']:.2f}× ({_label(worst)}, N = {worst['N']}, against "
-                 f"{PEER_NAMES[worst['best_peer']]}); highest: {best['ratio']:.2f}× ({_label(best)}, N = {best['N']}).")
+                 f"Lowest: {worst['ratio']:.3f}× ({_label(worst)}, N = {worst['N']}, against "
+                 f"{PEER_NAMES[worst['best_peer']]}); highest: {best['ratio']:.3f}× ({_label(best)}, N = {best['N']}).")
     return "\n".join(lines)
 
 

@@ -97,7 +97,7 @@ def _launcher(kernel, q, k, v, config):
 
     def call():
         kernel[grid](q, k, v, out, out, d**-0.5 * fa.LOG2_E, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-                     heads, n, n, fa.length_bucket(n), fa.length_bucket(n), HEAD_DIM=d,
+                     heads, 1, n, n, fa.length_bucket(n), fa.length_bucket(n), HEAD_DIM=d,
                      HEAD_DIM_PAD=max(triton.next_power_of_2(d), 16), CAUSAL=False, BOTTOM_RIGHT=False,
                      STORE_LSE=False, DOT_PRECISION="tf32", num_warps=config.num_warps,
                      num_stages=config.num_stages, **config.kwargs)

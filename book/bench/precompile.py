@@ -48,6 +48,9 @@ PARTS: dict[str, list[dict] | None] = {
                       + [{"SHAPES": [s], "DQ_SIZES": [], "DTYPES": [t], "skip": ["_measure_steps"]}
                          for s in _SHAPES for t in _DTYPES]),
     "backward_hopper": [{"DTYPES": [t], "SIZES": [n]} for t in _DTYPES for n in _SIZES],
+    "real_models": [{"DTYPES": [t], "SIZES": [n]} for t in _DTYPES for n in (1000, 3000, 8191, 32768)],
+    "any_length": ([{"LENGTHS": [n], "CHUNKS": []} for n in (1000, 3000, 5000, 8191, 12345)]
+                   + [{"LENGTHS": [], "CHUNKS": [n]} for n in (1000, 2048)]),
 }
 
 
