@@ -23,6 +23,7 @@ bottom-right (chapter 6): with Nq new queries and length L, query t sits at posi
 
 from __future__ import annotations
 
+import collections
 import math
 
 import torch
@@ -39,6 +40,8 @@ MAX_ROWS = 128  # query heads per KV head x new queries: the rows of one program
 MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
 # (keys per tile, pipeline stages), the most bytes of K and V in flight per program first (chapter 12's tiles table)
 TILES = ((128, 3), (64, 3), (64, 2))
+# Smaller tiles, only for shapes where none of TILES fits in a program's shared memory (head dim 256 with many rows)
+SMALL_TILES = ((32, 2), (16, 1))
 NUM_WARPS = 4  # one warpgroup
 SHORT_SPLIT = 2048  # keys per split up to which a grid in fewer waves beats more bytes in flight (chapter 12's tiles)
 MAX_SPLITS = 128
@@ -48,12 +51,13 @@ MAX_SPLITS = 128
 @triton.jit
 def _decode_split(Q, K, V, Lens, BlockTable, OPart, LsePart, Out, Lse, qk_scale,
                   stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
-                  stride_vb, stride_vh, stride_vn, stride_table, N_Q, KV_HEADS, SPLIT_KEYS, CAPACITY,
+                  stride_vb, stride_vh, stride_vn, stride_table, N_Q, KV_HEADS, CAPACITY,
                   GROUP: tl.constexpr, ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD: tl.constexpr,
                   NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr,
                   DOT_PRECISION: tl.constexpr, PDL: tl.constexpr):
-    # Grid: (splits, batch * KV heads). One program: the keys [split * SPLIT_KEYS, ...) of one KV head, against
-    # every query of the GROUP query heads that share it (GROUP * N_Q rows of one tile).
+    # Grid: (splits, batch * KV heads). One program: one of the NUM_SPLITS ranges of the keys of one KV head, against
+    # every query of the GROUP query heads that share it (GROUP * N_Q rows of one tile). The ranges follow the
+    # sequence's length, not the cache's capacity: 2K keys in a cache for 128K are shared by all the splits.
     # PAGE_SIZE = 0: K and V are (batch, KV heads, capacity, D). Otherwise they are pools of pages,
     # (pages, KV heads, PAGE_SIZE, D), and row b of BlockTable lists the pages of sequence b in order.
     if PDL:  # launched early (programmatic dependent launch): wait until the kernel before it has finished
@@ -76,8 +80,9 @@ def _decode_split(Q, K, V, Lens, BlockTable, OPart, LsePart, Out, Lse, qk_scale,
     m = tl.full([ROWS], float("-inf"), tl.float32)
     l = tl.zeros([ROWS], tl.float32)
     acc = tl.zeros([ROWS, HEAD_DIM_PAD], tl.float32)
-    lo = split * SPLIT_KEYS
-    hi = tl.minimum(tl.minimum(lo + SPLIT_KEYS, length), CAPACITY)  # nothing past the length or the cache
+    split_keys = tl.cdiv(tl.cdiv(length, NUM_SPLITS), BLOCK_N) * BLOCK_N  # whole tiles, so no tile straddles pages
+    lo = split * split_keys
+    hi = tl.minimum(tl.minimum(lo + split_keys, length), CAPACITY)  # nothing past the length or the cache
     k_base = K + batch * stride_kb + kv_head * stride_kh
     v_base = V + batch * stride_vb + kv_head * stride_vh
     for start in range(lo, hi, BLOCK_N):
@@ -166,15 +171,19 @@ def choose_splits(batch: int, kv_heads: int, capacity: int, sm_count: int, block
 
 
 # --8<-- [start:tiles]
+def shared_bytes(block_n: int, num_stages: int, rows: int, head_dim_pad: int, element_size: int) -> int:
+    """The shared memory one split program uses (an estimate): Triton's pipeline keeps num_stages - 1 tiles of K and
+    of V there, loaded while the current tile is used, and the compiler keeps the query tile and the probability
+    tile there for the two dots."""
+    pipeline = max(num_stages - 1, 1) * 2 * block_n * head_dim_pad
+    return (pipeline + rows * (head_dim_pad + block_n)) * element_size
+
+
 def programs_per_sm(block_n: int, num_stages: int, rows: int, head_dim_pad: int, element_size: int,
                     shared_per_sm: int) -> int:
-    """How many split programs fit on one SM at once by shared memory (an estimate; registers may allow fewer).
-    Triton's pipeline keeps num_stages - 1 tiles of K and of V there, loaded while the current tile is used, and the
-    compiler keeps the query tile and the probability tile there for the two dots; the GPU reserves 1 KiB per
-    program."""
-    pipeline = max(num_stages - 1, 1) * 2 * block_n * head_dim_pad
-    per_program = (pipeline + rows * (head_dim_pad + block_n)) * element_size
-    return max(1, shared_per_sm // (per_program + 1024))
+    """How many split programs fit on one SM at once by shared memory (an estimate; registers may allow fewer); the
+    GPU reserves 1 KiB per program."""
+    return max(1, shared_per_sm // (shared_bytes(block_n, num_stages, rows, head_dim_pad, element_size) + 1024))
 
 
 def choose_tile(programs: int, sm_count: int, per_sm: list[int], keys_per_split: int) -> int:
@@ -195,14 +204,29 @@ def _rows(group_rows: int) -> int:
 def plan(q: torch.Tensor, kv_heads: int, capacity: int, page_size: int = 0, num_splits: int | None = None,
          block_n: int | None = None, num_stages: int | None = None) -> tuple[int, int, int]:
     """The split count, keys per tile and pipeline stages for these shapes: the splits by choose_splits with the first
-    tile of TILES, then the tile by choose_tile; an argument that is given is kept. A page caps the tile."""
-    tiles = [(min(block_n or n, page_size or 256), num_stages or s) for n, s in TILES]  # a tile stays in one page
+    tile of TILES, then the tile by choose_tile; an argument that is given is kept. A page caps the tile. Tiles that
+    would not fit in a program's shared memory are not candidates (SMALL_TILES stand in if none of TILES fits)."""
     if q.is_cuda:
         props = torch.cuda.get_device_properties(q.device)
         sm_count, shared = props.multi_processor_count, props.shared_memory_per_multiprocessor
+        per_program = props.shared_memory_per_block_optin
     else:
-        sm_count, shared = 2, 0  # the CPU interpreter: a stand-in GPU of two SMs, one program each
+        sm_count, shared, per_program = 2, 0, None  # the CPU interpreter: a stand-in GPU of two SMs, one program each
     rows, head_dim_pad = _rows(q.shape[1] // kv_heads * q.shape[2]), max(triton.next_power_of_2(q.shape[-1]), 16)
+
+    def fits(tile):
+        return per_program is None or shared_bytes(*tile, rows, head_dim_pad, q.element_size()) <= per_program
+
+    def candidates(table):  # a tile stays in one page
+        return [(min(block_n or n, page_size or 256), num_stages or s) for n, s in table]
+
+    tiles = [t for t in candidates(TILES) if fits(t)]
+    if not tiles and (block_n is not None or num_stages is not None):
+        n, s = candidates(TILES)[0]
+        raise ValueError(f"block_n={n} with num_stages={s} needs about "
+                         f"{shared_bytes(n, s, rows, head_dim_pad, q.element_size()) // 1024} KiB of shared memory "
+                         f"per program at these shapes; this GPU gives a program {per_program // 1024} KiB")
+    tiles = tiles or [t for t in candidates(SMALL_TILES) if fits(t)] or candidates(SMALL_TILES)[-1:]
     per_sm = [programs_per_sm(n, s, rows, head_dim_pad, q.element_size(), shared) for n, s in tiles]
     if num_splits is None:
         num_splits = choose_splits(q.shape[0], kv_heads, capacity, sm_count, tiles[0][0], per_sm[0])
@@ -264,6 +288,143 @@ def programmatic_launch(device: torch.device) -> bool:
     return device.type == "cuda" and not kernels.interpreting() and torch.cuda.get_device_capability(device)[0] >= 9
 
 
+# --8<-- [start:planned]
+class Decoder:
+    """One decode step, planned once for a batch's shapes and called every step.
+
+    Everything that depends only on the shapes happens here, once: the checks of every argument, the plan
+    (splits, tile, stages), the buffers for the output and the partial states, and every launch argument that
+    does not change from step to step. A call then checks that the tensors still have the planned shapes, dtype
+    and device (comparisons of tuples, no GPU work) and launches the two kernels. Each call writes into the same
+    output buffer, which it returns: use it (or copy it) before the next call. cache_lens should be int32: the
+    kernel reads int32, and another dtype costs a conversion every step.
+    """
+
+    def __init__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor, *,
+                 block_table: torch.Tensor | None = None, sm_scale: float | None = None,
+                 num_splits: int | None = None, block_n: int | None = None, num_stages: int | None = None,
+                 return_lse: bool = False):
+        validate_inputs(q, k_cache, v_cache, cache_lens, block_table)
+        if block_table is not None and block_table.stride(1) != 1:
+            raise ValueError("block_table must have unit stride along its pages; pass block_table.contiguous()")
+        power_of_two = isinstance(block_n, int) and 16 <= block_n <= 256 and block_n & (block_n - 1) == 0
+        if block_n is not None and not power_of_two:
+            raise ValueError(f"block_n must be a power of two from 16 to 256, got {block_n!r}")
+        if num_stages is not None and not (isinstance(num_stages, int) and num_stages >= 1):
+            raise ValueError(f"num_stages must be a positive integer, got {num_stages!r}")
+        if num_splits is not None and not (isinstance(num_splits, int) and num_splits >= 1):
+            raise ValueError(f"num_splits must be a positive integer, got {num_splits!r}")
+        batch, q_heads, n_q, head_dim = q.shape
+        kv_heads = k_cache.shape[1]
+        page_size = 0 if block_table is None else k_cache.shape[2]
+        self.capacity = k_cache.shape[2] if block_table is None else block_table.shape[1] * page_size
+        self.num_splits, block_n, num_stages = plan(q, kv_heads, self.capacity, page_size, num_splits, block_n,
+                                                    num_stages)
+        self.planned = self._signature(q, k_cache, v_cache, cache_lens, block_table)
+        self.return_lse = return_lse
+        head_dim_pad = max(triton.next_power_of_2(head_dim), 16)
+        self.rows = batch * q_heads * n_q
+        self.shapes = (q.shape, (batch, q_heads, n_q), (self.rows, self.num_splits, head_dim_pad),
+                       (self.rows, self.num_splits))
+        self.out, self.lse, self.o_part, self.lse_part = self.new_buffers(q.device, q.dtype)
+        self.interpreted_bf16 = kernels.interpreting() and q.dtype == torch.bfloat16
+        pdl = programmatic_launch(q.device)
+        self.split_grid = (self.num_splits, batch * kv_heads)
+        self.split_scalars = (softmax_scale(sm_scale, head_dim) * LOG2_E, *q.stride()[:3], *k_cache.stride()[:3],
+                              *v_cache.stride()[:3])
+        self.split_tail = (n_q, kv_heads, self.capacity)
+        self.split_meta = dict(GROUP=q_heads // kv_heads, ROWS=_rows(q_heads // kv_heads * n_q), HEAD_DIM=head_dim,
+                               HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=self.num_splits, BLOCK_N=block_n,
+                               PAGE_SIZE=page_size, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+                               PDL=pdl, num_warps=NUM_WARPS, num_stages=num_stages, launch_pdl=pdl)
+        self.merge_meta = dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=self.num_splits,
+                               SPLITS_PAD=triton.next_power_of_2(self.num_splits), PDL=pdl, launch_pdl=pdl)
+        self.sm_scale = sm_scale
+
+    def new_buffers(self, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        """The output, its logsumexp and (with more than one split) the partial states, uninitialized."""
+        out_shape, lse_shape, o_part_shape, lse_part_shape = self.shapes
+        out = torch.empty(out_shape, device=device, dtype=dtype)
+        lse = torch.empty(lse_shape, device=device, dtype=torch.float32)
+        if self.num_splits == 1:  # no partial states: the split kernel writes out and lse itself
+            return out, lse, out, lse
+        return (out, lse, torch.empty(o_part_shape, device=device, dtype=torch.float32),
+                torch.empty(lse_part_shape, device=device, dtype=torch.float32))
+
+    @staticmethod
+    def _signature(*tensors):
+        return tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in tensors)
+
+    def check(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor,
+              block_table: torch.Tensor | None = None) -> None:
+        """Raise unless these tensors have the planned shapes, strides, dtypes and devices (no GPU work)."""
+        if self._signature(q, k_cache, v_cache, cache_lens, block_table) != self.planned:
+            raise ValueError("these tensors' shapes, strides, dtypes or devices differ from the planned ones; make a "
+                             "new Decoder for them")
+
+    def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor,
+                 block_table: torch.Tensor | None = None):
+        self.check(q, k_cache, v_cache, cache_lens, block_table)
+        return self.launch(q, k_cache, v_cache, cache_lens, block_table, self.out, self.lse, self.o_part,
+                           self.lse_part)
+
+    def launch(self, q, k_cache, v_cache, cache_lens, block_table, out, lse, o_part, lse_part):
+        """The two launches into the given buffers (new_buffers' four), for tensors already checked."""
+        if self.rows == 0:
+            return (out, lse) if self.return_lse else out
+        if self.interpreted_bf16:  # Triton's CPU interpreter computes tl.dot on bf16 wrongly (chapter 5): upcast
+            out32, lse32 = decode(q.float(), k_cache.float(), v_cache.float(), cache_lens, block_table=block_table,
+                                  sm_scale=self.sm_scale, num_splits=self.num_splits, return_lse=True,
+                                  check_lengths=False)
+            out.copy_(out32)
+            lse.copy_(lse32)
+            return (out, lse) if self.return_lse else out
+        lens = cache_lens if cache_lens.dtype == torch.int32 else cache_lens.to(torch.int32)
+        table = lens if block_table is None else block_table  # without pages: a pointer the kernel never reads
+        _decode_split[self.split_grid](q, k_cache, v_cache, lens, table, o_part, lse_part, out, lse,
+                                       *self.split_scalars, table.stride(0), *self.split_tail, **self.split_meta)
+        if self.num_splits > 1:
+            _decode_merge[(self.rows,)](o_part, lse_part, out, lse, **self.merge_meta)
+        return (out, lse) if self.return_lse else out
+# --8<-- [end:planned]
+
+
+# --8<-- [start:graph]
+class DecodeGraph:
+    """A decode step captured once in a CUDA graph and replayed every step, as a server runs it.
+
+    The graph keeps the tensors it was captured with. Before each replay, write the step's inputs into them in
+    place: the new queries into q, the lengths into cache_lens, the pages into block_table (`copy_`); the new keys
+    and values go into the cache as they always do. Replaying costs the CPU one launch, whatever the kernels do,
+    and the split ranges follow the lengths the kernel reads, so a graph captured for a cache's full capacity
+    reads only what each sequence holds.
+    """
+
+    def __init__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor, *,
+                 block_table: torch.Tensor | None = None, **options):
+        if not q.is_cuda or kernels.interpreting():
+            raise ValueError("DecodeGraph needs a CUDA GPU and compiled kernels (not Triton's interpreter)")
+        if cache_lens.dtype != torch.int32:
+            raise ValueError(f"cache_lens must be int32 for a captured step (the graph cannot convert it in place), "
+                             f"got {cache_lens.dtype}")
+        self.decoder = Decoder(q, k_cache, v_cache, cache_lens, block_table=block_table, **options)
+        self.inputs = (q, k_cache, v_cache, cache_lens, block_table)
+        side = torch.cuda.Stream(q.device)  # compile and warm up off the default stream, as torch.cuda.graphs asks
+        side.wait_stream(torch.cuda.current_stream(q.device))
+        with torch.cuda.stream(side):
+            self.decoder(*self.inputs)
+        torch.cuda.current_stream(q.device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.result = self.decoder(*self.inputs)
+
+    def replay(self):
+        """Run the captured step on whatever the captured tensors now hold; returns the decoder's output."""
+        self.graph.replay()
+        return self.result
+# --8<-- [end:graph]
+
+
 # --8<-- [start:wrapper]
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor, *,
            block_table: torch.Tensor | None = None, sm_scale: float | None = None, num_splits: int | None = None,
@@ -284,64 +445,44 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_
 
     check_lengths=False skips the checks that every length is between 0 and the capacity and that every page a
     sequence uses is in the pool, which make the host wait for the GPU; the kernel then reads at most the capacity.
+    This is the one-line convenience over a Decoder: it keeps the plans of the last PLANS_KEPT shapes (the checks of
+    the shapes included, which depend on nothing else) and returns new tensors on every call. A loop that calls it
+    with the same shapes every step saves a little more with a Decoder of its own (or a DecodeGraph).
     """
-    validate_inputs(q, k_cache, v_cache, cache_lens, block_table)
-    batch, q_heads, n_q, head_dim = q.shape
-    kv_heads = k_cache.shape[1]
-    page_size = 0 if block_table is None else k_cache.shape[2]
-    capacity = k_cache.shape[2] if block_table is None else block_table.shape[1] * page_size
+    block_table = None if block_table is None else block_table.contiguous()
+    step = _planned(q, k_cache, v_cache, cache_lens, block_table, sm_scale=sm_scale, num_splits=num_splits,
+                    block_n=block_n, num_stages=num_stages, return_lse=return_lse)
     if check_lengths and cache_lens.numel():
         low, high = int(cache_lens.min()), int(cache_lens.max())
-        if low < 0 or high > capacity:
-            raise ValueError(f"cache_lens must be between 0 and the cache's capacity {capacity}, got "
+        if low < 0 or high > step.capacity:
+            raise ValueError(f"cache_lens must be between 0 and the cache's capacity {step.capacity}, got "
                              f"{low} to {high}")
         if block_table is not None:
+            page_size = k_cache.shape[2]
             pages_used = torch.arange(block_table.shape[1], device=q.device) * page_size < cache_lens[:, None]
             used = block_table[pages_used]
             if used.numel() and (int(used.min()) < 0 or int(used.max()) >= k_cache.shape[0]):
                 raise ValueError(f"block_table must give every page a sequence uses as an index into the pool of "
                                  f"{k_cache.shape[0]} pages, got {int(used.min())} to {int(used.max())}")
-    sm_scale = softmax_scale(sm_scale, head_dim)
-    if kernels.interpreting() and q.dtype == torch.bfloat16:
-        # Triton's CPU interpreter computes tl.dot on bf16 operands wrongly (chapter 5): upcast there only.
-        out, lse = decode(q.float(), k_cache.float(), v_cache.float(), cache_lens, block_table=block_table,
-                          sm_scale=sm_scale, num_splits=num_splits, block_n=block_n, num_stages=num_stages,
-                          return_lse=True, check_lengths=False)
-        return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
-    if block_n is not None and not (isinstance(block_n, int) and 16 <= block_n <= 256 and block_n & (block_n - 1) == 0):
-        raise ValueError(f"block_n must be a power of two from 16 to 256, got {block_n!r}")
-    if num_stages is not None and not (isinstance(num_stages, int) and num_stages >= 1):
-        raise ValueError(f"num_stages must be a positive integer, got {num_stages!r}")
-    if num_splits is not None and not (isinstance(num_splits, int) and num_splits >= 1):
-        raise ValueError(f"num_splits must be a positive integer, got {num_splits!r}")
-    num_splits, block_n, num_stages = plan(q, kv_heads, capacity, page_size, num_splits, block_n, num_stages)
-    group = q_heads // kv_heads
-    head_dim_pad = max(triton.next_power_of_2(head_dim), 16)
-    rows = batch * q_heads * n_q
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty((batch, q_heads, n_q), device=q.device, dtype=torch.float32)
-    if rows == 0:
-        return (out, lse) if return_lse else out
-    if num_splits > 1:
-        o_part = torch.empty((rows, num_splits, head_dim_pad), device=q.device, dtype=torch.float32)
-        lse_part = torch.empty((rows, num_splits), device=q.device, dtype=torch.float32)
-    else:  # no partial states: the kernel writes out and lse itself
-        o_part, lse_part = out, lse
-    lens = cache_lens.to(torch.int32)
-    split_keys = triton.cdiv(triton.cdiv(max(capacity, 1), num_splits), block_n) * block_n  # whole tiles per split
-    table = lens if block_table is None else block_table.contiguous()  # without pages: a pointer never read
-    pdl = programmatic_launch(q.device)
-    _decode_split[(num_splits, batch * kv_heads)](
-        q, k_cache, v_cache, lens, table, o_part, lse_part, out, lse, sm_scale * LOG2_E,
-        *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], table.stride(0), n_q, kv_heads, split_keys,
-        capacity,
-        GROUP=group, ROWS=_rows(group * n_q), HEAD_DIM=head_dim,
-        HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=num_splits, BLOCK_N=block_n, PAGE_SIZE=page_size,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PDL=pdl, num_warps=NUM_WARPS,
-        num_stages=num_stages, launch_pdl=pdl)
-    if num_splits > 1:
-        _decode_merge[(rows,)](o_part, lse_part, out, lse, HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad,
-                               NUM_SPLITS=num_splits, SPLITS_PAD=triton.next_power_of_2(num_splits), PDL=pdl,
-                               launch_pdl=pdl)
-    return (out, lse) if return_lse else out
+    return step.launch(q, k_cache, v_cache, cache_lens, block_table, *step.new_buffers(q.device, q.dtype))
+
+
+PLANS_KEPT = 64
+_plans: collections.OrderedDict = collections.OrderedDict()
+
+
+def _planned(q, k_cache, v_cache, cache_lens, block_table, **options) -> Decoder:
+    """The Decoder planned for these tensors' shapes, strides, dtypes and devices and these options: from the last
+    PLANS_KEPT, or made now (which checks the inputs) and kept."""
+    key = (Decoder._signature(q, k_cache, v_cache, cache_lens, block_table), tuple(sorted(options.items())))
+    step = _plans.get(key)
+    if step is None:
+        step = Decoder(q, k_cache, v_cache, cache_lens, block_table=block_table, **options)
+        step.out = step.lse = step.o_part = step.lse_part = None  # decode() gives each call new buffers
+        _plans[key] = step
+        if len(_plans) > PLANS_KEPT:
+            _plans.popitem(last=False)
+    else:
+        _plans.move_to_end(key)
+    return step
 # --8<-- [end:wrapper]

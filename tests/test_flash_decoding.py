@@ -236,6 +236,59 @@ def test_bad_input_gets_a_clear_error(change, error, message, device):
 # On a GPU: half precision, long caches, every split count
 
 
+def test_a_planned_decoder_runs_step_after_step(device):
+    """Plan once, then call every step with new queries and longer lengths written in place."""
+    q, k, v = make(3, 8, 2, 1, 300, 32, torch.float32, device, seed=5)
+    lens = torch.tensor([1, 40, 200], device=device, dtype=torch.int32)
+    step = fd.Decoder(q, k, v, lens, num_splits=3, block_n=16, return_lse=True)
+    for grown in range(3):
+        lens += 7 * grown
+        q.copy_(torch.randn(q.shape, generator=torch.Generator().manual_seed(grown)).to(device))
+        out, lse = step(q, k, v, lens)
+        ref_out, ref_lse = reference(q, k, v, lens.cpu())
+        assert (out.double().cpu() - ref_out).norm() / ref_out.norm() <= RTOL[torch.float32]
+        assert torch.allclose(lse.cpu().double(), ref_lse, atol=1e-4)
+
+
+def test_a_planned_decoder_refuses_other_shapes(device):
+    q, k, v = make(2, 4, 2, 1, 64, 16, torch.float32, device)
+    lens = torch.tensor([10, 20], device=device, dtype=torch.int32)
+    step = fd.Decoder(q, k, v, lens)
+    with pytest.raises(ValueError, match="differ from the planned ones; make a new Decoder"):
+        step(q[:1], k[:1], v[:1], lens[:1])
+
+
+def test_decode_keeps_plans_but_returns_new_tensors_every_call(device, monkeypatch):
+    """decode() plans a shape once; each call still gets its own output, and a plan for other shapes is not reused
+    for bad inputs (they are checked when their plan is made)."""
+    monkeypatch.setattr(fd, "_plans", type(fd._plans)())
+    monkeypatch.setattr(fd, "PLANS_KEPT", 2)
+    q, k, v = make(2, 4, 2, 1, 64, 16, torch.float32, device, seed=3)
+    lens = torch.tensor([10, 64], device=device, dtype=torch.int32)
+    first = fd.decode(q, k, v, lens)
+    second = fd.decode(q * 2, k, v, lens)
+    assert first.data_ptr() != second.data_ptr() and len(fd._plans) == 1
+    for out, queries in ((first, q), (second, q * 2)):
+        expected, _ = reference(queries, k, v, lens.cpu())
+        assert (out.double().cpu() - expected).norm() / expected.norm() <= RTOL[torch.float32]
+    with pytest.raises(ValueError, match="multiple of the KV heads"):
+        fd.decode(q[:, :3], k, v, lens)
+    fd.decode(q[:1], k[:1], v[:1], lens[:1])  # a second shape: a second plan
+    fd.decode(torch.cat([q, q], dim=2), k, v, lens)  # a third (two new queries): the oldest plan is forgotten
+    assert len(fd._plans) == 2 and all(key[0][0][0][0] == 1 or key[0][0][0][2] == 2 for key in fd._plans)
+
+
+def test_split_ranges_follow_the_lengths_not_the_capacity(device):
+    """64 keys in a cache for 1024: with 4 splits, every split reads a share of them (each
+    split's partial state is finite); split by the capacity, three of the four would read nothing."""
+    q, k, v = make(1, 2, 2, 1, 1024, 16, torch.float32, device)
+    lens = torch.tensor([64], device=device, dtype=torch.int32)
+    step = fd.Decoder(q, k, v, lens, num_splits=4, block_n=16)
+    step(q, k, v, lens)
+    assert torch.isfinite(step.lse_part).all(), "a split read no key"
+    check(q, k, v, lens, num_splits=4, block_n=16)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("page_size", [16, 128, 256])
@@ -281,3 +334,30 @@ def test_gpu_programs_per_sm_estimate_matches_the_compiled_kernel(dtype, head_di
     shared = used["shared_bytes"]
     per_sm = torch.cuda.get_device_properties(0).shared_memory_per_multiprocessor
     assert fd.programs_per_sm(block_n, num_stages, 16, head_dim, 2, per_sm) == max(1, per_sm // (shared + 1024))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim", [64, 80, 96, 128, 256])
+@pytest.mark.parametrize(("q_heads", "kv_heads"), [(16, 16), (28, 4), (40, 8), (32, 8), (16, 1)])  # groups 1 to 16
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_gpu_every_head_dim_and_group_compiles_and_is_right(head_dim, q_heads, kv_heads, dtype):
+    """No supported input fails to compile: the plan keeps only tiles whose shared memory fits a program."""
+    q, k, v = make(2, q_heads, kv_heads, 1, 2049, head_dim, dtype, "cuda", seed=head_dim)
+    check(q, k, v, torch.tensor([2049, 700], device="cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("paged_size", [None, 64])
+def test_gpu_a_captured_step_replays_with_new_lengths_and_queries(paged_size):
+    q, k, v = make(4, 32, 8, 1, 4096, 128, torch.bfloat16, "cuda", seed=9)
+    lens = torch.tensor([4096, 100, 2048, 1], device="cuda", dtype=torch.int32)
+    table = None
+    if paged_size is not None:
+        k, v, table = paged(k, v, torch.full((4,), 4096), paged_size)
+    graph = fd.DecodeGraph(q, k, v, lens, block_table=table)
+    for new_lens in ([10, 4096, 3000, 2], [4096, 4096, 1, 1]):
+        lens.copy_(torch.tensor(new_lens, device="cuda", dtype=torch.int32))
+        q.copy_(torch.randn(q.shape, device="cuda", dtype=q.dtype))
+        out = graph.replay().clone()
+        expected = fd.decode(q, k, v, lens, block_table=table)
+        torch.testing.assert_close(out, expected, rtol=0, atol=0)

@@ -327,14 +327,14 @@ def table(result: dict) -> str:
                      f"{r['kv_bytes'] / r['ours_us'] / 1e3:,.0f}", f"{r['ours_plain_us']:.1f}",
                      *(None if r.get(f"{n}_us") is None else f"{r[f'{n}_us']:.1f}" for n in ("naive", *SDPA_BACKENDS)),
                      None if best is None else f"{best / r['ours_us']:.3f}×"])
-    headers = ["batch", "context", "heads q/kv", "K+V MiB", "limit µs", "ours µs (of limit)", "ours GB/s",
+    headers = ["batch", "context", "heads q/kv", "K+V MiB", "copy reference µs", "ours µs (share of it)", "ours GB/s",
                "ours, plain calls", "ch. 5", "FA2", "mem-eff.", "cuDNN", "math", "best SDPA time / ours"]
     return render.table(headers, body) + (
         "\n\nMicroseconds per decode step, fp16, head dim 128, from CUDA graphs taken in turns, the L2 cache cleared "
-        "by reading before each call; plain calls are timed by do_bench, which clears it by writing. The limit is the "
-        "bytes of K and V over the copy bandwidth measured in the same run. — means the backend refused. The last "
-        "column is above 1 where the book's kernel is faster. The bf16 rows are not shown; the lines above the table "
-        "count both dtypes.")
+        "by reading before each call; plain calls are timed by do_bench, which clears it by writing. The copy "
+        "reference is the bytes of K and V over the copy bandwidth measured in the same run. — means the backend "
+        "refused. The last column is above 1 where the book's kernel is faster. The bf16 rows are not shown; the "
+        "lines above the table count both dtypes.")
 
 
 def targets(result: dict) -> str:
@@ -347,7 +347,7 @@ def targets(result: dict) -> str:
     large_met = sum(r["ours_share"] >= TARGET_LARGE for r in large)
     small_shares = ", ".join(f"{r['dtype']} {r['q_heads']}/{r['kv_heads']} heads {r['ours_share']:.0%}" for r in small)
     return (f"At or above the fastest SDPA backend in {beat} of {len(peer)} rows (target: all). At least "
-            f"{TARGET_LARGE:.0%} of the bandwidth limit in {large_met} of the {len(large)} rows with at least "
+            f"{TARGET_LARGE:.0%} of the copy reference in {large_met} of the {len(large)} rows with at least "
             f"{LARGE_BYTES // MiB} MiB of K and V (target: all). At batch 1 with an 8K context: {small_shares} of the "
             f"limit (target: {TARGET_SMALL:.0%}).\n\n" + gaps(result))
 
@@ -377,7 +377,7 @@ def splits_table(result: dict) -> str:
     contexts = sorted({r["context"] for r in rows})
     by = {(r["context"], r["splits"]): r for r in rows}
     body = [[s, *(_cell(by[(c, s)]) for c in contexts)] for s in SPLIT_COUNTS]
-    return render.table(["splits", *(f"context {c:,}: µs (of limit)" for c in contexts)], body) + (
+    return render.table(["splits", *(f"context {c:,}: µs (share of the copy reference)" for c in contexts)], body) + (
         "\n\nBatch 1, 32 query heads on 8 KV heads, head dim 128, fp16, tiles of 128 keys and 3 stages.")
 
 
@@ -394,7 +394,7 @@ def tiles_table(result: dict) -> str:
         body.append([b, f"{c:,}", f"{hq}/{hk}", cells[0]["splits"], f"{cells[0]['programs']:,}",
                      *(f"**{_cell(r)}**" if r["chosen"] else _cell(r) for r in cells)])
     return render.table(["batch", "context", "heads q/kv", "splits", "programs",
-                         *(f"{n} keys, {s} stages: µs (of limit)" for n, s in TILES)], body) + (
+                         *(f"{n} keys, {s} stages: µs (share of the copy reference)" for n, s in TILES)], body) + (
         "\n\nfp16, head dim 128, one query per sequence, the wrapper's split count, from CUDA graphs taken in turns. "
         "Bold: the tile the wrapper chooses. " + _tiles_misses(rows, shapes))
 
@@ -435,7 +435,7 @@ def paged_table(result: dict) -> str:
     columns = ["contiguous", *(str(n) for n in PAGE_SIZES)]
     body = [[b, f"{c:,}", f"{hq}/{hk}", *(_paged_cell(by[(b, c, hq, hk, name)]) for name in columns)]
             for b, c, hq, hk in shapes]
-    return render.table(["batch", "context", "heads q/kv", "contiguous: µs (of limit), splits",
+    return render.table(["batch", "context", "heads q/kv", "contiguous: µs (share of the copy reference), splits",
                          *(f"pages of {n}" for n in PAGE_SIZES)], body) + (
         "\n\nfp16, head dim 128, one query per sequence, pages in a shuffled order, from CUDA graphs taken in turns. "
         "After each time: the split count and the tile (keys/stages) the wrapper chose. A tile never straddles two "
@@ -465,7 +465,8 @@ def plot(result: dict):
                              and (r["q_heads"], r["kv_heads"]) == (32, 8)), key=lambda r: r["context"])
             series[f"{NAMES[name]}, batch {batch}"] = ([r["context"] for r in chosen],
                                                        [r.get(f"{name}_share") for r in chosen])
-    return render.line_plot(series, xlabel="context (keys per sequence)", ylabel="share of the bandwidth limit",
+    return render.line_plot(series, xlabel="context (keys per sequence)",
+                            ylabel="share of the copy reference (can pass 1)",
                             title="One decode step, fp16, 32 query heads on 8 KV heads, head dim 128")
 
 

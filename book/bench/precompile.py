@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from book.bench.decode_models import MODELS as DECODE_MODELS
+
 ROOT = Path(__file__).resolve().parents[2]
 PART_TIMEOUT_S = 900
 _SIZES = [1024, 2048, 4096, 8192, 16384]
@@ -51,6 +53,8 @@ PARTS: dict[str, list[dict] | None] = {
     "real_models": [{"DTYPES": [t], "SIZES": [n]} for t in _DTYPES for n in (1000, 3000, 8191, 32768)],
     "any_length": ([{"LENGTHS": [n], "CHUNKS": []} for n in (1000, 3000, 5000, 8191, 12345)]
                    + [{"LENGTHS": [], "CHUNKS": [n]} for n in (1000, 2048)]),
+    "decode_models": ([{"MODELS": [list(m)], "skip": ["other_rows"]} for m in DECODE_MODELS]
+                      + [{"skip": ["grid_rows"]}]),
 }
 
 
