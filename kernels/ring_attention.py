@@ -225,19 +225,23 @@ def _local_problem(q, k, v, layout: str, backend: str) -> str | None:
 
 
 def check_inputs(q, k, v, layout: str, group=None) -> None:
-    """Clear errors, raised on every rank alike. Every rank first shares what it found wrong with its own inputs and
-    its shapes (one small gather), so that a problem on one rank stops all of them instead of leaving the others
-    waiting for its messages."""
-    mine = (_local_problem(q, k, v, layout, dist.get_backend(group)), tuple(q.shape), tuple(k.shape), layout)
+    """Clear errors, raised on every rank alike (see raise_on_every_rank)."""
+    raise_on_every_rank(_local_problem(q, k, v, layout, dist.get_backend(group)),
+                        f"q {tuple(q.shape)}, k {tuple(k.shape)}, {layout}", group)
+
+
+def raise_on_every_rank(problem: str | None, held: str, group=None) -> None:
+    """Raise the same ValueError on every rank if any rank found a problem with its own inputs, or if the ranks hold
+    different shapes (`held` describes them). Every rank first shares what it found (one small gather), so that a
+    problem on one rank stops all of them instead of leaving the others waiting for its messages."""
     everyone = [None] * dist.get_world_size(group)
-    dist.all_gather_object(everyone, mine, group=group)
-    problems = [f"rank {rank}: {problem}" for rank, (problem, *_) in enumerate(everyone) if problem]
+    dist.all_gather_object(everyone, (problem, held), group=group)
+    problems = [f"rank {rank}: {theirs}" for rank, (theirs, _) in enumerate(everyone) if theirs]
     if problems:
         raise ValueError("; ".join(problems))
-    if len({tuple(theirs[1:]) for theirs in everyone}) > 1:
-        held = "; ".join(f"rank {rank}: q {q_shape}, k {k_shape}, {how}"
-                         for rank, (_, q_shape, k_shape, how) in enumerate(everyone))
-        raise ValueError(f"every rank must hold chunks of the same shapes, in the same layout; {held}")
+    if len({theirs for _, theirs in everyone}) > 1:
+        held_by_all = "; ".join(f"rank {rank}: {theirs}" for rank, (_, theirs) in enumerate(everyone))
+        raise ValueError(f"every rank must hold chunks of the same shapes, in the same layout; {held_by_all}")
 
 
 class RingAttention(torch.autograd.Function):

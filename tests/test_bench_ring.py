@@ -11,7 +11,9 @@ def _row(n, causal, layout, forward, no_overlap, training, one_gpu, send=1.0):
     return {"kind": "ring", "N": n, "heads": 32, "kv_heads": 8, "causal": causal, "layout": layout, "world": 2,
             "dtype": "bfloat16", "forward_ms": forward, "forward_no_overlap_ms": no_overlap, "training_ms": training,
             "training_no_overlap_ms": training * 1.2, "send_ms": send, "one_gpu_forward_ms": one_gpu,
-            "one_gpu_training_ms": one_gpu * 3}
+            "one_gpu_training_ms": one_gpu * 3,
+            "ulysses_forward_ms": forward * 0.8 if layout == "contiguous" else None,
+            "ulysses_training_ms": training * 1.25 if layout == "contiguous" else None}
 
 
 RESULT = {"rows": [_row(32768, False, "contiguous", 10.0, 10.5, 30.0, 18.0),
@@ -35,6 +37,12 @@ def test_training_table_counts_three_and_a_half_forwards():
     assert "| 32,768 | 32/8 | no | contiguous | 30.00 | 1026 | 54.00 | 1.80× | 1.20× |" in bench.training_table(RESULT)
 
 
+def test_all_to_all_table_sets_the_ring_against_ulysses_on_the_contiguous_layout_only():
+    text = bench.all_to_all_table(RESULT)
+    assert "| 32,768 | 32/8 | no | 10.00 | 8.00 | 1.25× | 30.00 | 37.50 | 0.80× |" in text
+    assert "zigzag" not in text.split("\n\n")[0] and text.count("| 32,768 |") == 1
+
+
 def test_registered_for_chapter_14_and_waiting_for_two_gpus():
     benchmark = by_name("ring")
     assert benchmark.chapter == "ch14" and "kernels/ring_attention.py" in benchmark.sources
@@ -47,3 +55,7 @@ def test_the_measurement_runs_end_to_end_on_two_cpu_processes():
     assert len(rows) == 2 * len(bench.CASES)
     assert all(r["forward_ms"] > 0 and r["training_no_overlap_ms"] > 0 and r["one_gpu_forward_ms"] > 0 for r in rows)
     assert all(r["error"] < 1e-5 for r in rows if r["N"] == 16)  # checked at the smallest length only
+    contiguous = [r for r in rows if r["layout"] == "contiguous"]
+    assert all(r["ulysses_training_ms"] > 0 for r in contiguous)
+    assert all(r["ulysses_error"] < 1e-5 for r in contiguous if r["N"] == 16)
+    assert all(r.get("ulysses_forward_ms") is None for r in rows if r["layout"] == "zigzag")

@@ -1,14 +1,17 @@
-"""Chapter 14: ring attention on two GPUs of one host (NCCL), against the same attention on one GPU.
+"""Chapter 14: ring attention on two GPUs of one host (NCCL), against the same attention on one GPU and against
+the all-to-all alternative (Ulysses).
 
 One sequence of N tokens, batch 1, head dim 128, bf16, split over WORLD GPUs; heads 32/8 (Llama-3.1-8B) and 32/32.
 Per row (N, heads, causal, layout): the ring's forward and its forward + backward, each with the sends overlapped
 with the blocks (as kernels/ring_attention.py runs it) and without (each send waited for before the step's
 blocks); the same attention of the whole sequence on one GPU (chapter 9's forward, chapter 11's backward), where
-it fits; and the time of one ring step's sends of K and V alone. Every timing is the slowest rank's, the median of
-REPEATS calls after warm-up, each call started after a barrier (plain calls: NCCL's sends are not captured in CUDA
-graphs here).
+it fits; the time of one ring step's sends of K and V alone; and, on the contiguous layout (the only one it takes),
+the all-to-all attention of kernels/ulysses_attention.py, forward and forward + backward. Every timing is the
+slowest rank's, the median of REPEATS calls after warm-up, each call started after a barrier (plain calls: NCCL's
+sends are not captured in CUDA graphs here).
 
-Before timing, at the smallest N, each rank's share of the ring's output is compared with the one-GPU output.
+Before timing, at the smallest N, each rank's share of the ring's (and the all-to-all's) output is compared with
+the one-GPU output.
 The processes keep NVLink multicast off (NCCL_NVLS_ENABLE=0 and its companions), as shared machines require.
 """
 
@@ -88,6 +91,7 @@ def _row(n, heads, kv_heads, causal, layout, config, device) -> dict:
     import torch.distributed as dist
 
     from kernels import ring_attention as ring
+    from kernels import ulysses_attention as ulysses
 
     rank = dist.get_rank()
     dtype = getattr(torch, config["dtype"])
@@ -108,15 +112,28 @@ def _row(n, heads, kv_heads, causal, layout, config, device) -> dict:
         out = ring.attention(*leaves, causal=causal, layout=layout, use_kernels=use_kernels, overlap=overlap)
         return torch.autograd.grad(out, leaves, mine[3])
 
+    def all_to_all_forward():
+        with torch.no_grad():
+            return ulysses.attention(*mine[:3], causal=causal, use_kernels=use_kernels)
+
+    def all_to_all_training():
+        leaves = [t.detach().requires_grad_() for t in mine[:3]]
+        out = ulysses.attention(*leaves, causal=causal, use_kernels=use_kernels)
+        return torch.autograd.grad(out, leaves, mine[3])
+
+    timed = {"forward_ms": lambda: forward(True), "forward_no_overlap_ms": lambda: forward(False),
+             "training_ms": lambda: training(True), "training_no_overlap_ms": lambda: training(False),
+             "send_ms": lambda: ring._pass_on((mine[1], mine[2]), None, WORLD, rank)()}
+    if layout == "contiguous":
+        timed |= {"ulysses_forward_ms": all_to_all_forward, "ulysses_training_ms": all_to_all_training}
     whole_forward, whole_training = _one_gpu(q, k, v, do, causal, use_kernels)
     if n == min(config["sizes"]):
         expected = ring.shard(whole_forward(), rank, WORLD, layout)
-        got = forward(True)
-        row["error"] = ((got.float() - expected.float()).norm() / expected.norm()).item()
-        assert row["error"] < RTOL, f"ring attention off by {row['error']:.1e} at {row}"
-    for name, fn in (("forward_ms", lambda: forward(True)), ("forward_no_overlap_ms", lambda: forward(False)),
-                     ("training_ms", lambda: training(True)), ("training_no_overlap_ms", lambda: training(False)),
-                     ("send_ms", lambda: ring._pass_on((mine[1], mine[2]), None, WORLD, rank)())):
+        for name, fn in (("error", lambda: forward(True)), ("ulysses_error", all_to_all_forward)):
+            if name == "error" or layout == "contiguous":
+                row[name] = ((fn().float() - expected.float()).norm() / expected.norm()).item()
+                assert row[name] < RTOL, f"{name} {row[name]:.1e} at {row}"
+    for name, fn in timed.items():
         row[name] = _slowest_rank_ms(fn, device)
     if rank == 0:  # the whole sequence on one GPU, timed alone
         row["one_gpu_forward_ms"] = _ms(whole_forward, device)
@@ -245,6 +262,19 @@ def training_table(result: dict) -> str:
         "\n\nForward and backward (3.5 times the forward's FLOPs), as the forward table measures them.")
 
 
+def all_to_all_table(result: dict) -> str:
+    rows = [r for r in _rows(result) if r.get("ulysses_forward_ms") is not None]
+    body = [[f"{r['N']:,}", f"{r['heads']}/{r['kv_heads']}", "yes" if r["causal"] else "no",
+             _fmt(r["forward_ms"]), _fmt(r["ulysses_forward_ms"]), f"{r['forward_ms'] / r['ulysses_forward_ms']:.2f}×",
+             _fmt(r["training_ms"]), _fmt(r["ulysses_training_ms"]),
+             f"{r['training_ms'] / r['ulysses_training_ms']:.2f}×"] for r in rows]
+    headers = ["N", "heads q/kv", "causal", "ring forward ms", "all-to-all forward ms", "ring / all-to-all",
+               "ring training ms", "all-to-all training ms", "ring / all-to-all"]
+    return render.table(headers, body) + (
+        f"\n\nThe ring (contiguous layout, sends overlapped) against the all-to-all (kernels/ulysses_attention.py) on "
+        f"the same {WORLD} GPUs and chunks, the slowest rank's time; above 1.0× the all-to-all is faster.")
+
+
 def hidden(result: dict) -> str:
     """How much of the sending the overlap hides: the time saved over the time the sends take alone."""
     parts = []
@@ -263,12 +293,12 @@ def hidden(result: dict) -> str:
 BENCHMARK = Benchmark(
     name="ring",
     chapter="ch14",
-    title="Chapter 14: ring attention on two GPUs against one GPU",
-    sources=["kernels/ring_attention.py", "kernels/flash_attention.py", "kernels/flash_attention_fast.py",
-             "kernels/flash_attention_hopper.py", "kernels/hopper_schedule.py", "kernels/flash_attention_backward.py",
-             "kernels/flash_attention_backward_fast.py", "kernels/flash_attention_backward_hopper.py",
-             "book/bench/ring.py"],
+    title="Chapter 14: ring attention on two GPUs against one GPU and the all-to-all",
+    sources=["kernels/ring_attention.py", "kernels/ulysses_attention.py", "kernels/flash_attention.py",
+             "kernels/flash_attention_fast.py", "kernels/flash_attention_hopper.py", "kernels/hopper_schedule.py",
+             "kernels/flash_attention_backward.py", "kernels/flash_attention_backward_fast.py",
+             "kernels/flash_attention_backward_hopper.py", "book/bench/ring.py"],
     run=run,
-    views={"forward": forward_table, "training": training_table, "hidden": hidden},
+    views={"forward": forward_table, "training": training_table, "all-to-all": all_to_all_table, "hidden": hidden},
     awaiting_gpu="issue 53: needs two GPUs of one host (nvidia-h200-x2)",
 )
