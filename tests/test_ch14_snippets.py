@@ -36,3 +36,19 @@ def test_the_small_model_trained_over_two_ranks_follows_one_process():
     assert "split over 2 ranks (zigzag)" in fresh
     assert "same losses as one process to 0.0001: True" in fresh  # float32 on a CPU: about 1e-6 apart
     assert "the loss went down: True" in fresh
+
+
+def test_the_ring_figure_draws_every_visible_block_once_and_zigzag_balances_it():
+    import pytest
+
+    figure = pytest.importorskip("matplotlib.figure")
+    from book.figures import ch14
+
+    for layout in ("contiguous", "zigzag"):
+        blocks = ch14.ring_blocks(4, layout)
+        assert set(blocks) == {(a, c) for a in range(8) for c in range(a + 1)}  # the causal blocks, each once
+        assert all(diagonal == (a == c) for (a, c), (_, _, diagonal) in blocks.items())
+    assert ch14.work_per_rank(4, "contiguous") == [2, 6, 10, 14]  # the busiest does 1.75 times the average
+    assert ch14.work_per_rank(4, "zigzag") == [8, 8, 8, 8]
+    assert ch14.ring_blocks(4, "zigzag")[7, 0] == (0, 0, False)  # GPU 0's late piece meets its early one at step 0
+    assert isinstance(ch14.ring_steps(), figure.Figure)
