@@ -68,8 +68,8 @@ def test_grid_views_targets_met():
     result = fake_grid(0.95)
     text = fast_attention.verdict(result)
     assert '!!! success "Target 1' in text and "Met in 32 of 32 rows" in text and "Below" not in text
-    assert "Ratio range per group at N ≥ 2048: float16 D=64 non-causal: 1.05–1.05×" in text  # the margins
-    assert '!!! success "Target 2' in text and "Lowest: 0.95×" in text
+    assert "Ratio range per group at N ≥ 2048: float16 D=64 non-causal: 1.050–1.050×" in text  # the margins
+    assert '!!! success "Target 2' in text and "Lowest: 0.950×" in text
     assert "| float16 | 64 | no | 1024 |" in fast_attention.table(result)
     assert "1.43× to 1.57×" in fast_attention.against_fa2(result)
     assert fast_attention.margins(result).startswith("The 3 smallest ratios to the fastest backend at N ≥ 2048: ")
