@@ -19,3 +19,10 @@ def test_chunked_prefill_equals_one_causal_pass_only_bottom_right():
     assert "chunk 64-95: 32 queries against a cache of 96 keys" in fresh
     assert "chunks equal the single pass: True" in fresh
     assert "with top-left alignment instead: False" in fresh  # query 32 would see only key 0 .. 32 - 32
+
+
+def test_a_server_loop_appends_keys_grows_lengths_and_reuses_one_planned_step():
+    stored, fresh = snippets.check("snippets/ch12/server_loop.py")
+    assert fresh == stored
+    assert "token 3: lengths [8, 12]" in fresh  # each sequence grew by one token per step, from its own length
+    assert fresh.count("equal to PyTorch within 1e-5: True") == 3
