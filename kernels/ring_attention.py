@@ -181,12 +181,13 @@ def ring_backward(do, q, k, v, out, lse, causal: bool, layout: str, scale: float
     acc = torch.promote_types(q.dtype, torch.float32)  # gradients add up in fp32 (fp64 stays fp64)
     q_pieces, do_pieces, out_pieces, lse_pieces = (_split(t, parts) for t in (q, do, out, lse))
     dq = [torch.zeros(piece.shape, dtype=acc, device=q.device) for piece in q_pieces]
-    dk, dv = (torch.zeros(t.shape, dtype=acc, device=q.device) for t in (k, v))  # travel with K and V
+    travelling = None  # the visiting chunk's dK and dV so far, on their way from the previous rank
     for step in range(world):
         source = (rank - step) % world
         # K and V go on while this step computes, as long as another rank still needs them
         kv_sent = _pass_on((k, v), group, world, rank, overlap) if step < world - 1 else None
         k_pieces, v_pieces = _split(k, parts), _split(v, parts)
+        dk, dv = (torch.zeros(t.shape, dtype=acc, device=q.device) for t in (k, v))  # this rank's share
         dk_pieces, dv_pieces = dk.chunk(parts, dim=2), dv.chunk(parts, dim=2)  # views: adds go into dk and dv
         for i, j, diagonal in piece_pairs(rank, source, world, layout, causal):
             grads = block_backward(do_pieces[i], q_pieces[i], k_pieces[j], v_pieces[j], out_pieces[i],
@@ -194,11 +195,18 @@ def ring_backward(do, q, k, v, out, lse, causal: bool, layout: str, scale: float
             dq[i] += grads[0].to(acc)
             dk_pieces[j].add_(grads[1].to(acc))
             dv_pieces[j].add_(grads[2].to(acc))
-        # dK and dV go on once this step has added to them, one step more than K and V, which brings them home
+        # The chunk's dK and dV from the ranks before arrived while this step computed: add them, and send the
+        # sum on, to arrive while the next rank computes. After the last step the send brings them home.
+        if travelling is not None:
+            arrived_dk, arrived_dv = travelling()
+            dk += arrived_dk
+            dv += arrived_dv
         if world > 1:
-            dk, dv = _pass_on((dk, dv), group, world, rank)()
+            travelling = _pass_on((dk, dv), group, world, rank, overlap)
         if kv_sent is not None:
             k, v = kv_sent()
+    if travelling is not None:
+        dk, dv = travelling()  # this rank's own chunk, every rank's share added
     return torch.cat(dq, dim=2).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 # --8<-- [end:backward]
 
