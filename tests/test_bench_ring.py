@@ -43,6 +43,21 @@ def test_all_to_all_table_sets_the_ring_against_ulysses_on_the_contiguous_layout
     assert "zigzag" not in text.split("\n\n")[0] and text.count("| 32,768 |") == 1
 
 
+def test_projection_keeps_the_tokens_per_gpu_and_the_slowest_hop_sets_each_step():
+    row = _row(32768, True, "zigzag", 6.0, 7.0, 18.0, 10.0, send=2.0)
+    model = bench.step_model(row)
+    assert model["forward_ms"] == (7.0 - 2.0) / 2  # without overlap, less its one send, per step
+    assert model["training_ms"] == (18.0 * 1.2 - 6 * 2.0) / 2  # less 1 + 1 K/V sends and 2 dK/dV sends (x2 bytes)
+    forward, training, send = bench.projected_share(model, 4)
+    assert send == 2.0 and forward == 1.0  # compute 2.5 ms per step hides a 2 ms send
+    assert training == 4 * 4.8 / (4.8 + 3 * 6.0 + 4.0)  # 3 sends' bytes per step exceed the compute
+    fast = dict(model, link_bytes_per_s=1e12)  # a link faster than InfiniBand: across machines IB sets the hop
+    assert bench.projected_share(fast, 64)[2] == model["chunk_bytes"] / bench.INFINIBAND_BYTES_PER_S * 1e3
+    text = bench.projection(RESULT)
+    assert "| 32/8 | 16,384 | 2 | 32,768 | measured link | 4.800 | 2.000 | 100% | 65% | 53% |" in text
+    assert "| 32/8 | 16,384 | 64 | 1,048,576 | InfiniBand (datasheet) |" in text and "not a measurement" in text
+
+
 def test_registered_for_chapter_14_and_waiting_for_two_gpus():
     benchmark = by_name("ring")
     assert benchmark.chapter == "ch14" and "kernels/ring_attention.py" in benchmark.sources

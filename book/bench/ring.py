@@ -35,6 +35,11 @@ DTYPE = "bfloat16"
 CASES = [(False, "contiguous"), (True, "contiguous"), (True, "zigzag")]  # (causal, layout)
 WARMUP, REPEATS = 2, 7
 RTOL = 2e-2  # bf16 against the one-GPU kernels' bf16 output
+# Beyond one machine, on paper: one 400 Gb/s InfiniBand port per GPU (the NVIDIA DGX H200 datasheet: eight
+# ConnectX-7 adapters of 400 Gb/s for eight GPUs), a datasheet peak, not a measurement.
+INFINIBAND_BYTES_PER_S = 400e9 / 8
+GPUS_PER_MACHINE = 8
+PROJECTED_GPUS = (4, 8, 64)
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
@@ -275,6 +280,62 @@ def all_to_all_table(result: dict) -> str:
         f"the same {WORLD} GPUs and chunks, the slowest rank's time; above 1.0× the all-to-all is faster.")
 
 
+def step_model(row: dict) -> dict:
+    """One causal zigzag row's ring step, in milliseconds: the blocks' compute per step (forward, and forward plus
+    backward) and the send of one K/V chunk, taken from the measured times without overlap minus their sends.
+
+    Zigzag gives every rank the same work at every step, and with the tokens per GPU kept, the same blocks at any
+    world size. Without overlap the forward waits for (world - 1) K/V sends; the training step for those, (world -
+    1) more in the backward, and world sends of dK and dV in fp32 (twice K and V's bytes)."""
+    world, send = row["world"], row["send_ms"]
+    forward = (row["forward_no_overlap_ms"] - (world - 1) * send) / world
+    training = (row["training_no_overlap_ms"] - (2 * (world - 1) + 2 * world) * send) / world
+    chunk_bytes = 2 * (row["N"] // world) * row["kv_heads"] * HEAD_DIM * 2  # K and V, bf16
+    return {"forward_ms": forward, "training_ms": training, "send_ms": send,
+            "link_bytes_per_s": chunk_bytes / (send * 1e-3), "chunk_bytes": chunk_bytes}
+
+
+def projected_share(model: dict, gpus: int) -> tuple[float, float, float]:
+    """(the forward's and the training step's share of ideal scaling, the send of one chunk in ms) on `gpus` GPUs
+    with the measured tokens per GPU. The ring's slowest hop sets every step: within one machine the measured
+    link, across machines InfiniBand (its datasheet rate, or the measured link if slower). A step takes the
+    longer of its compute and its sends (overlapped); the first step sends nothing before it computes, and the
+    training step's last dK/dV send comes after. Ideal: the compute alone."""
+    link = model["link_bytes_per_s"]
+    if gpus > GPUS_PER_MACHINE:
+        link = min(link, INFINIBAND_BYTES_PER_S)
+    send = model["chunk_bytes"] / link * 1e3
+    forward = model["forward_ms"] + (gpus - 1) * max(model["forward_ms"], send)
+    training = model["training_ms"] + (gpus - 1) * max(model["training_ms"], 3 * send) + 2 * send
+    return gpus * model["forward_ms"] / forward, gpus * model["training_ms"] / training, send
+
+
+def projection(result: dict) -> str:
+    rows = [r for r in _rows(result) if r["causal"] and r["layout"] == "zigzag"]
+    if not rows:
+        return "This run did not time the causal zigzag ring, which the projection starts from."
+    body = []
+    for r in rows:
+        model = step_model(r)
+        for gpus in (r["world"], *PROJECTED_GPUS):
+            forward, training, send = projected_share(model, gpus)
+            hop = "measured link" if gpus <= GPUS_PER_MACHINE else "InfiniBand (datasheet)"
+            measured = (f"{gpus * model['training_ms'] / r['training_ms']:.0%}" if gpus == r["world"] else "")
+            body.append([f"{r['heads']}/{r['kv_heads']}", f"{r['N'] // r['world']:,}", str(gpus),
+                         f"{r['N'] // r['world'] * gpus:,}", hop, _fmt(model["training_ms"], 3), _fmt(send, 3),
+                         f"{forward:.0%}", f"{training:.0%}", measured])
+    headers = ["heads q/kv", "tokens per GPU", "GPUs", "tokens", "slowest hop", "compute per step ms (training)",
+               "one K/V send ms", "forward: share of ideal", "training: share of ideal", "training: measured"]
+    return render.table(headers, body) + (
+        "\n\nA model, not a measurement: causal attention, zigzag layout, the tokens per GPU of each measured row "
+        f"kept. Each step's compute and one send's time come from the {WORLD}-GPU run (the times without overlap "
+        "less their sends; see `step_model`); beyond one machine of "
+        f"{GPUS_PER_MACHINE} GPUs the slowest hop is one {INFINIBAND_BYTES_PER_S * 8 / 1e9:.0f} Gb/s InfiniBand "
+        "port per GPU (NVIDIA DGX H200 datasheet). Ideal: the steps' compute alone. The last column checks the model "
+        "where it can: the measured training step's share at the measured size. Within one machine it assumes "
+        "every GPU's link to the next is as fast as the measured pair's, as on NVLink switches.")
+
+
 def hidden(result: dict) -> str:
     """How much of the sending the overlap hides: the time saved over the time the sends take alone."""
     parts = []
@@ -299,6 +360,7 @@ BENCHMARK = Benchmark(
              "kernels/flash_attention_backward.py", "kernels/flash_attention_backward_fast.py",
              "kernels/flash_attention_backward_hopper.py", "book/bench/ring.py"],
     run=run,
-    views={"forward": forward_table, "training": training_table, "all-to-all": all_to_all_table, "hidden": hidden},
+    views={"forward": forward_table, "training": training_table, "all-to-all": all_to_all_table, "hidden": hidden,
+           "projection": projection},
     awaiting_gpu="issue 53: needs two GPUs of one host (nvidia-h200-x2)",
 )
