@@ -140,6 +140,21 @@ def test_where_gluon_cannot_run_the_gluon_switch_leaves_the_triton_kernels(devic
         assert torch.equal(a, b)
 
 
+def test_without_gluon_the_gradients_are_the_same_bits_every_run(device):
+    # The Triton kernels sum every dQ row in one program, in a fixed order; the Gluon kernel adds dQ's shares in
+    # the order they arrive, which chapter 11 says is not reproducible. Three runs on one input, poisoned between.
+    n = 1000 if device == "cuda" else 96  # a partial last tile on the GPU; small under the interpreter
+    q, k, v, do = inputs(2, 4, n, n, 64, torch.float16, device, seed=3)
+    out, lse = forward_attention(q, k, v, causal=True, return_lse=True)
+    first = fast.attention_backward(do, q, k, v, out, lse, causal=True, GLUON=False)
+    for _ in range(2):
+        if device == "cuda":
+            _poison_the_allocator()
+        again = fast.attention_backward(do, q, k, v, out, lse, causal=True, GLUON=False)
+        for a, b in zip(first, again, strict=True):
+            assert torch.equal(a, b)
+
+
 def test_unknown_switch_is_named(device):
     q, k, v, do = inputs(1, 1, 128, 128, 64, torch.float16, device)
     out, lse = forward_attention(q, k, v, return_lse=True)
