@@ -9,7 +9,7 @@ import pkgutil
 
 from book.bench.registry import Benchmark
 
-_NOT_BENCHMARKS = {"registry", "timing", "precompile", "__main__"}
+_NOT_BENCHMARKS = {"registry", "timing", "precompile", "parts", "__main__"}
 
 
 def _discover() -> list[Benchmark]:

@@ -1,13 +1,15 @@
-"""python -m book.bench [--only CHAPTER_OR_NAME ...]: run benchmarks on a GPU and write results files."""
+"""python -m book.bench [--only CHAPTER_OR_NAME ...] [--part K | --merge]: run benchmarks on a GPU and write results
+files; a benchmark with parts runs one part per call and the parts merge into its file (book/bench/parts.py)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 
 from book import results, telemetry
-from book.bench import ALL
+from book.bench import ALL, parts
 from book.bench.registry import BenchmarkSkipped
 from book.provenance import collect
 
@@ -18,6 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     parser.add_argument("--precompile", action="store_true",
                         help="first compile every kernel they call, in parallel (book/bench/precompile.py)")
+    parser.add_argument("--part", type=int, metavar="K",
+                        help="run part K (from 1) of each chosen benchmark that has parts, into results/<gpu>/parts/")
+    parser.add_argument("--merge", action="store_true",
+                        help="merge the measured parts of each chosen benchmark into its results file (no GPU needed)")
     args = parser.parse_args(argv)
 
     chosen = [b for b in ALL if not args.only or b.chapter in args.only or b.name in args.only]
@@ -28,6 +34,17 @@ def main(argv: list[str] | None = None) -> int:
     if not chosen:
         print(f"no benchmark matches {args.only}; see --list", file=sys.stderr)
         return 2
+    if args.merge:
+        for benchmark in chosen:
+            if benchmark.parts:
+                for path in parts.merge_files(benchmark.name, len(benchmark.parts)):
+                    print(f"merged the parts of {benchmark.name} into {path}")
+        return 0
+    if args.part is not None:
+        unsplit = [b.name for b in chosen if not 1 <= args.part <= len(b.parts)]
+        if unsplit:
+            print(f"--part {args.part}: {', '.join(unsplit)} has no such part", file=sys.stderr)
+            return 2
 
     import torch
 
@@ -45,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     for i, benchmark in enumerate(chosen, 1):
         started = time.time()
         print(f"[{i}/{len(chosen)}] {benchmark.name}: {benchmark.title}", flush=True)
+        overrides = benchmark.parts[args.part - 1] if args.part is not None else {}
         try:
-            with telemetry.Sampler() as sampler:  # the clock, power and temperature while it runs
+            with telemetry.Sampler() as sampler, parts.overridden(benchmark.name, overrides):
                 rows = benchmark.run(lambda message, name=benchmark.name: print(f"  {name}: {message}", flush=True))
         except BenchmarkSkipped as reason:
             print(f"  skipped {benchmark.name}: {reason}", flush=True)
@@ -60,7 +78,12 @@ def main(argv: list[str] | None = None) -> int:
             "provenance": provenance,
             "rows": rows,
         }
-        path = results.write(result)
+        if args.part is not None:
+            path = parts.part_path(benchmark.name, provenance["gpu_slug"], args.part)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(result, indent=1) + "\n")
+        else:
+            path = results.write(result)
         print(f"  wrote {path} ({len(rows)} rows, {time.time() - started:.0f} s)", flush=True)
     return 0
 

@@ -25,3 +25,5 @@ class Benchmark:
     # Why a new benchmark has no results file yet (say which issue tracks its first GPU run). While set,
     # the checks accept the missing file; pages show "No measurements yet". Stale results still fail.
     awaiting_gpu: str = ""
+    # A run too long for one sitting: module attributes to override, one dict per part (book/bench/parts.py).
+    parts: list[dict] = field(default_factory=list)
