@@ -211,10 +211,9 @@ def ring_backward(do, q, k, v, out, lse, causal: bool, layout: str, scale: float
 # --8<-- [end:backward]
 
 
-def _local_problem(q, k, v, layout: str, backend: str) -> str | None:
-    """What is wrong with this rank's own inputs, or None."""
-    if layout not in LAYOUTS:
-        return f"layout must be one of {LAYOUTS}, got {layout!r}"
+def shape_problem(q, k, v) -> str | None:
+    """What is wrong with the shapes of one rank's q, k and v chunks (as the ring and the all-to-all take them), or
+    None."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.ndim != 4:
             return f"{name} must be (batch, heads, local sequence, head_dim), got {tuple(t.shape)}"
@@ -223,13 +222,26 @@ def _local_problem(q, k, v, layout: str, backend: str) -> str | None:
                 f"and {tuple(v.shape)}")
     if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
         return f"the query heads ({q.shape[1]}) must be a multiple of the K/V heads ({k.shape[1]})"
-    if layout == "zigzag" and q.shape[2] % 2:
-        return (f"the zigzag layout gives each rank two equal pieces: the local length must be even, got "
-                f"{q.shape[2]} (the whole sequence must divide by 2 x world size)")
+    return None
+
+
+def backend_problem(q, backend: str) -> str | None:
+    """Whether a process group of this backend can carry q's device's tensors, or None."""
     if (backend == "nccl") != q.is_cuda:
         return (f"a process group of backend {backend!r} cannot carry tensors on {q.device}: use nccl for CUDA "
                 f"tensors and gloo for CPU tensors")
     return None
+
+
+def _local_problem(q, k, v, layout: str, backend: str) -> str | None:
+    """What is wrong with this rank's own inputs, or None."""
+    if layout not in LAYOUTS:
+        return f"layout must be one of {LAYOUTS}, got {layout!r}"
+    problem = shape_problem(q, k, v)
+    if problem is None and layout == "zigzag" and q.shape[2] % 2:
+        problem = (f"the zigzag layout gives each rank two equal pieces: the local length must be even, got "
+                   f"{q.shape[2]} (the whole sequence must divide by 2 x world size)")
+    return problem or backend_problem(q, backend)
 
 
 def check_inputs(q, k, v, layout: str, group=None) -> None:

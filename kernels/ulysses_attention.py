@@ -19,7 +19,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from kernels.ring_attention import block_backward, block_forward, raise_on_every_rank
+from kernels.ring_attention import backend_problem, block_backward, block_forward, raise_on_every_rank, shape_problem
 
 
 # --8<-- [start:exchange]
@@ -65,22 +65,12 @@ class UlyssesAttention(torch.autograd.Function):
 
 def _local_problem(q, k, v, world: int, backend: str) -> str | None:
     """What is wrong with this rank's own inputs, or None."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.ndim != 4:
-            return f"{name} must be (batch, heads, local sequence, head_dim), got {tuple(t.shape)}"
-    if k.shape != v.shape or k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3] or k.shape[2] != q.shape[2]:
-        return (f"k and v must be (batch={q.shape[0]}, kv_heads, {q.shape[2]}, {q.shape[3]}), got {tuple(k.shape)} "
-                f"and {tuple(v.shape)}")
-    if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
-        return f"the query heads ({q.shape[1]}) must be a multiple of the K/V heads ({k.shape[1]})"
-    if k.shape[1] % world:
-        return (f"the all-to-all gives each of the {world} ranks an equal share of the heads: the K/V heads "
-                f"({k.shape[1]}) must divide by {world}; with fewer K/V heads than ranks, use the ring "
-                f"(kernels.ring_attention)")
-    if (backend == "nccl") != q.is_cuda:
-        return (f"a process group of backend {backend!r} cannot carry tensors on {q.device}: use nccl for CUDA "
-                f"tensors and gloo for CPU tensors")
-    return None
+    problem = shape_problem(q, k, v)
+    if problem is None and k.shape[1] % world:
+        problem = (f"the all-to-all gives each of the {world} ranks an equal share of the heads: the K/V heads "
+                   f"({k.shape[1]}) must divide by {world}; with fewer K/V heads than ranks, use the ring "
+                   f"(kernels.ring_attention)")
+    return problem or backend_problem(q, backend)
 
 
 def attention(q, k, v, *, causal: bool = False, sm_scale: float | None = None, use_kernels: bool | None = None,
