@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 
 import kernels
+from kernels.launch import Launch
 from kernels.validate import check_device, check_dtype, check_ndim, check_same_device, check_same_dtype, softmax_scale
 
 LOG2_E = 1.4426950408889634
@@ -45,6 +46,8 @@ SMALL_TILES = ((32, 2), (16, 1))
 NUM_WARPS = 4  # one warpgroup
 SHORT_SPLIT = 2048  # keys per split up to which a grid in fewer waves beats more bytes in flight (chapter 12's tiles)
 MAX_SPLITS = 128
+REGISTERS_PER_SM = 65536  # 32-bit registers per SM on every GPU from compute capability 5.0 to 9.0
+THREADS_PER_SM = 2048  # resident threads per SM on the same GPUs
 
 
 # --8<-- [start:split]
@@ -154,10 +157,11 @@ def _decode_merge(OPart, LsePart, Out, Lse, HEAD_DIM: tl.constexpr, HEAD_DIM_PAD
 
 
 # --8<-- [start:splits]
-def choose_splits(batch: int, kv_heads: int, capacity: int, sm_count: int, block_n: int = TILES[0][0],
+def choose_splits(batch: float, kv_heads: int, capacity: int, sm_count: int, block_n: int = TILES[0][0],
                   programs_per_sm: int = 1) -> int:
     """How many splits: the fewest whose programs fill the GPU's waves (chapter 8) within 5% of the best that any
-    count reaches, with no split shorter than one tile."""
+    count reaches, with no split shorter than one tile. batch counts sequences of `capacity` keys; for a batch whose
+    lengths the host knows, the keys of all its sequences over the longest one's (a fraction)."""
     programs, slots = batch * kv_heads, sm_count * programs_per_sm
     most = max(1, min(capacity // block_n, MAX_SPLITS))
 
@@ -181,9 +185,18 @@ def shared_bytes(block_n: int, num_stages: int, rows: int, head_dim_pad: int, el
 
 def programs_per_sm(block_n: int, num_stages: int, rows: int, head_dim_pad: int, element_size: int,
                     shared_per_sm: int) -> int:
-    """How many split programs fit on one SM at once by shared memory (an estimate; registers may allow fewer); the
-    GPU reserves 1 KiB per program."""
+    """How many split programs fit on one SM at once by shared memory (an estimate, before compiling; registers may
+    allow fewer); the GPU reserves 1 KiB per program."""
     return max(1, shared_per_sm // (shared_bytes(block_n, num_stages, rows, head_dim_pad, element_size) + 1024))
+
+
+def resident_programs(shared_used: int, registers: int, shared_per_sm: int, registers_per_sm: int = REGISTERS_PER_SM,
+                      num_warps: int = NUM_WARPS) -> int:
+    """How many programs of a compiled kernel fit on one SM at once: by its shared memory (plus the 1 KiB the GPU
+    reserves per program), by its registers (given to each warp in steps of 256: 8 per thread) and by threads."""
+    by_shared = shared_per_sm // (shared_used + 1024)
+    by_registers = registers_per_sm // (math.ceil(registers / 8) * 8 * 32 * num_warps)
+    return max(1, min(by_shared, by_registers, THREADS_PER_SM // (32 * num_warps)))
 
 
 def choose_tile(programs: int, sm_count: int, per_sm: list[int], keys_per_split: int) -> int:
@@ -202,23 +215,36 @@ def _rows(group_rows: int) -> int:
 
 
 def plan(q: torch.Tensor, kv_heads: int, capacity: int, page_size: int = 0, num_splits: int | None = None,
-         block_n: int | None = None, num_stages: int | None = None) -> tuple[int, int, int]:
+         block_n: int | None = None, num_stages: int | None = None,
+         host_lengths: list[int] | None = None) -> tuple[int, int, int]:
     """The split count, keys per tile and pipeline stages for these shapes: the splits by choose_splits with the first
     tile of TILES, then the tile by choose_tile; an argument that is given is kept. A page caps the tile. Tiles that
-    would not fit in a program's shared memory are not candidates (SMALL_TILES stand in if none of TILES fits)."""
+    would not fit in a program's shared memory are not candidates (SMALL_TILES stand in if none of TILES fits). On a
+    GPU, the programs per SM come from the compiled kernel's shared memory and registers; under the interpreter,
+    from the shared-memory estimate. With host_lengths (each sequence's length, as the host knows it), the splits
+    follow the keys the batch holds instead of a full cache per sequence."""
+    compiled = q.is_cuda and not kernels.interpreting()
     if q.is_cuda:
         props = torch.cuda.get_device_properties(q.device)
         sm_count, shared = props.multi_processor_count, props.shared_memory_per_multiprocessor
         per_program = props.shared_memory_per_block_optin
+        registers = getattr(props, "regs_per_multiprocessor", REGISTERS_PER_SM)
     else:
         sm_count, shared, per_program = 2, 0, None  # the CPU interpreter: a stand-in GPU of two SMs, one program each
-    rows, head_dim_pad = _rows(q.shape[1] // kv_heads * q.shape[2]), max(triton.next_power_of_2(q.shape[-1]), 16)
+    batch, q_heads, n_q, head_dim = q.shape
+    rows, head_dim_pad = _rows(q_heads // kv_heads * n_q), max(triton.next_power_of_2(head_dim), 16)
 
     def fits(tile):
         return per_program is None or shared_bytes(*tile, rows, head_dim_pad, q.element_size()) <= per_program
 
     def candidates(table):  # a tile stays in one page
         return [(min(block_n or n, page_size or 256), num_stages or s) for n, s in table]
+
+    def per_sm(tile):
+        if not compiled:
+            return programs_per_sm(*tile, rows, head_dim_pad, q.element_size(), shared)
+        meta = split_meta(q, kv_heads, 2, *tile, page_size, programmatic_launch(q.device))
+        return resident_programs(*compiled_resources(meta, q, kv_heads), shared, registers)
 
     tiles = [t for t in candidates(TILES) if fits(t)]
     if not tiles and (block_n is not None or num_stages is not None):
@@ -227,12 +253,41 @@ def plan(q: torch.Tensor, kv_heads: int, capacity: int, page_size: int = 0, num_
                          f"{shared_bytes(n, s, rows, head_dim_pad, q.element_size()) // 1024} KiB of shared memory "
                          f"per program at these shapes; this GPU gives a program {per_program // 1024} KiB")
     tiles = tiles or [t for t in candidates(SMALL_TILES) if fits(t)] or candidates(SMALL_TILES)[-1:]
-    per_sm = [programs_per_sm(n, s, rows, head_dim_pad, q.element_size(), shared) for n, s in tiles]
+    work, longest = batch, capacity  # the batch in sequences of `longest` keys
+    if host_lengths is not None and max(host_lengths, default=0) > 0:
+        longest = min(max(host_lengths), capacity)
+        work = sum(min(n, capacity) for n in host_lengths) / longest
+    first = per_sm(tiles[0])
     if num_splits is None:
-        num_splits = choose_splits(q.shape[0], kv_heads, capacity, sm_count, tiles[0][0], per_sm[0])
-    keys_per_split = math.ceil(capacity / num_splits)
-    block_n, num_stages = tiles[choose_tile(q.shape[0] * kv_heads * num_splits, sm_count, per_sm, keys_per_split)]
+        num_splits = choose_splits(work, kv_heads, longest, sm_count, tiles[0][0], first)
+    keys_per_split = math.ceil(longest / num_splits)
+    if keys_per_split > SHORT_SPLIT:  # choose_tile keeps the first: no need to compile the others
+        return num_splits, *tiles[0]
+    counts = [first] + [per_sm(t) for t in tiles[1:]]
+    block_n, num_stages = tiles[choose_tile(batch * kv_heads * num_splits, sm_count, counts, keys_per_split)]
     return num_splits, block_n, num_stages
+
+
+def split_meta(q: torch.Tensor, kv_heads: int, num_splits: int, block_n: int, num_stages: int, page_size: int,
+               pdl: bool) -> dict:
+    """The split kernel's compile-time arguments and launch options for these shapes and this plan."""
+    q_heads, n_q, head_dim = q.shape[1:]
+    return dict(GROUP=q_heads // kv_heads, ROWS=_rows(q_heads // kv_heads * n_q), HEAD_DIM=head_dim,
+                HEAD_DIM_PAD=max(triton.next_power_of_2(head_dim), 16), NUM_SPLITS=num_splits, BLOCK_N=block_n,
+                PAGE_SIZE=page_size, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", PDL=pdl,
+                num_warps=NUM_WARPS, num_stages=num_stages, launch_pdl=pdl)
+
+
+def compiled_resources(meta: dict, q: torch.Tensor, kv_heads: int) -> tuple[int, int]:
+    """(shared memory in bytes, registers per thread) of the split kernel compiled for q's device with these
+    compile-time arguments (compiled now, or taken from Triton's caches). Stand-ins replace the tensors, and 16 the
+    strides and the capacity: the resources follow the compile-time arguments, not those values."""
+    f32, i32, dtype = torch.float32, torch.int32, q.dtype
+    with torch.cuda.device(q.device):
+        kernel = _decode_split.warmup(dtype, dtype, dtype, i32, i32, f32, f32, dtype, f32, 1.0, *[16] * 10,
+                                      q.shape[2], kv_heads, 16, grid=(1,), **meta)
+        kernel._init_handles()  # loads it: Triton reads the registers from the loaded kernel
+    return kernel.metadata.shared, kernel.n_regs
 # --8<-- [end:tiles]
 
 
@@ -295,15 +350,22 @@ class Decoder:
     Everything that depends only on the shapes happens here, once: the checks of every argument, the plan
     (splits, tile, stages), the buffers for the output and the partial states, and every launch argument that
     does not change from step to step. A call then checks that the tensors still have the planned shapes, dtype
-    and device (comparisons of tuples, no GPU work) and launches the two kernels. Each call writes into the same
-    output buffer, which it returns: use it (or copy it) before the next call. cache_lens should be int32: the
-    kernel reads int32, and another dtype costs a conversion every step.
+    and device (comparisons of tuples, no GPU work) and launches the two kernels, after the first call through
+    their compiled handles (kernels/launch.py). Each call writes into the same output buffer, which it returns:
+    use it (or copy it) before the next call. cache_lens should be int32: the kernel reads int32, and another
+    dtype costs a conversion every step.
+
+    host_lengths: the sequences' lengths as the host knows them when planning (a server's scheduler does). The
+    plan then splits for the keys the batch holds (one long sequence among short ones gets enough programs)
+    instead of a full cache per sequence. The kernels still read cache_lens on every call: a plan made for other
+    lengths is slower, never wrong. pdl: launch with programmatic dependent launch (chapter 13); by default where
+    the GPU has it.
     """
 
     def __init__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: torch.Tensor, *,
                  block_table: torch.Tensor | None = None, sm_scale: float | None = None,
                  num_splits: int | None = None, block_n: int | None = None, num_stages: int | None = None,
-                 return_lse: bool = False):
+                 return_lse: bool = False, host_lengths: list[int] | None = None, pdl: bool | None = None):
         validate_inputs(q, k_cache, v_cache, cache_lens, block_table)
         if block_table is not None and block_table.stride(1) != 1:
             raise ValueError("block_table must have unit stride along its pages; pass block_table.contiguous()")
@@ -318,8 +380,13 @@ class Decoder:
         kv_heads = k_cache.shape[1]
         page_size = 0 if block_table is None else k_cache.shape[2]
         self.capacity = k_cache.shape[2] if block_table is None else block_table.shape[1] * page_size
+        if host_lengths is not None:
+            host_lengths = [int(n) for n in host_lengths]
+            if len(host_lengths) != batch or not all(0 <= n <= self.capacity for n in host_lengths):
+                raise ValueError(f"host_lengths must give {batch} lengths between 0 and the capacity {self.capacity}, "
+                                 f"got {host_lengths[:8]}{' ...' if len(host_lengths) > 8 else ''}")
         self.num_splits, block_n, num_stages = plan(q, kv_heads, self.capacity, page_size, num_splits, block_n,
-                                                    num_stages)
+                                                    num_stages, host_lengths)
         self.planned = self._signature(q, k_cache, v_cache, cache_lens, block_table)
         self.return_lse = return_lse
         head_dim_pad = max(triton.next_power_of_2(head_dim), 16)
@@ -328,17 +395,17 @@ class Decoder:
                        (self.rows, self.num_splits))
         self.out, self.lse, self.o_part, self.lse_part = self.new_buffers(q.device, q.dtype)
         self.interpreted_bf16 = kernels.interpreting() and q.dtype == torch.bfloat16
-        pdl = programmatic_launch(q.device)
-        self.split_grid = (self.num_splits, batch * kv_heads)
+        if pdl and not programmatic_launch(q.device):
+            raise ValueError("pdl=True needs a GPU of compute capability 9.0 or newer and compiled kernels")
+        pdl = programmatic_launch(q.device) if pdl is None else pdl
         self.split_scalars = (softmax_scale(sm_scale, head_dim) * LOG2_E, *q.stride()[:3], *k_cache.stride()[:3],
                               *v_cache.stride()[:3])
         self.split_tail = (n_q, kv_heads, self.capacity)
-        self.split_meta = dict(GROUP=q_heads // kv_heads, ROWS=_rows(q_heads // kv_heads * n_q), HEAD_DIM=head_dim,
-                               HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=self.num_splits, BLOCK_N=block_n,
-                               PAGE_SIZE=page_size, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-                               PDL=pdl, num_warps=NUM_WARPS, num_stages=num_stages, launch_pdl=pdl)
+        self.split_meta = split_meta(q, kv_heads, self.num_splits, block_n, num_stages, page_size, pdl)
         self.merge_meta = dict(HEAD_DIM=head_dim, HEAD_DIM_PAD=head_dim_pad, NUM_SPLITS=self.num_splits,
                                SPLITS_PAD=triton.next_power_of_2(self.num_splits), PDL=pdl, launch_pdl=pdl)
+        self.split_launch = Launch(_decode_split, (self.num_splits, batch * kv_heads), **self.split_meta)
+        self.merge_launch = Launch(_decode_merge, (self.rows,), **self.merge_meta)
         self.sm_scale = sm_scale
 
     def new_buffers(self, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
@@ -381,10 +448,10 @@ class Decoder:
             return (out, lse) if self.return_lse else out
         lens = cache_lens if cache_lens.dtype == torch.int32 else cache_lens.to(torch.int32)
         table = lens if block_table is None else block_table  # without pages: a pointer the kernel never reads
-        _decode_split[self.split_grid](q, k_cache, v_cache, lens, table, o_part, lse_part, out, lse,
-                                       *self.split_scalars, table.stride(0), *self.split_tail, **self.split_meta)
+        self.split_launch(q, k_cache, v_cache, lens, table, o_part, lse_part, out, lse, *self.split_scalars,
+                          table.stride(0), *self.split_tail)
         if self.num_splits > 1:
-            _decode_merge[(self.rows,)](o_part, lse_part, out, lse, **self.merge_meta)
+            self.merge_launch(o_part, lse_part, out, lse)
         return (out, lse) if self.return_lse else out
 # --8<-- [end:planned]
 

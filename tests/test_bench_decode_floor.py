@@ -10,7 +10,9 @@ LARGE = {"kind": "floor", "pass": 0, "batch": 64, "context": 1024, "kernels": 1,
          "sdpa_cudnn_us": 78.0}
 WRITTEN = {"ours_written_us": 24.0, "sdpa_cudnn_written_us": 25.5}
 LAYERED = {"layers": 32, "layer_empty_one_us": 1.0, "layer_empty_two_us": 2.0, "layer_ours_empty_us": 5.0,
-           "layer_ours_us": 12.5, "layer_sdpa_cudnn_us": 16.0}
+           "layer_ours_us": 12.5, "layer_sdpa_cudnn_us": 16.0, "layer_ours_no_pdl_us": 14.0,
+           "layer_gemms_us": 30.0, "layer_gemms_ours_us": 42.0, "layer_gemms_ours_no_pdl_us": 43.0,
+           "layer_gemms_sdpa_cudnn_us": 45.0}
 RESULT = {"rows": [{"kind": "copy", "bytes_per_s": 4.2e12, "ways": {}}, ROW | WRITTEN | LAYERED, LARGE,
                    ROW | LAYERED | {"pass": 1, "ours_us": 21.0, "layer_ours_us": 13.0},
                    LARGE | {"pass": 1, "sdpa_cudnn_us": 80.0}]}
@@ -61,6 +63,14 @@ def test_layers_table_sets_a_step_alone_beside_a_step_per_layer():
     assert "60% of the limit allows 13.33 µs" in text and "would take 10.00 µs, 80.0% of the limit" in text
     assert "takes 5.00 µs per layer: 3.00 µs of its own fixed cost" in text
     assert bench.layers({"rows": [LARGE]}).startswith("This run did not time")
+
+
+def test_with_gemms_table_takes_the_gemms_off_each_layer():
+    text = bench.with_gemms(RESULT)
+    # added: 42 - 30 = 12, 43 - 30 = 13, 45 - 30 = 15; 15 / 12; 8 / 12; back to back 12.5 and 14.0
+    assert "| 1 | 8,192 | 8.0 | 30.0 | 12.0 | 13.0 | 15.0 | 1.250 | 67% | 12.5 | 14.0 |" in text
+    assert "our step adds 12.00 µs to a layer, 66.7% of the limit (60% allows 13.33 µs)" in text
+    assert bench.with_gemms({"rows": [LARGE]}).startswith("This run did not time")
 
 
 def test_repeat_table_compares_the_two_passes():

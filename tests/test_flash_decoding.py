@@ -250,6 +250,65 @@ def test_a_planned_decoder_runs_step_after_step(device):
         assert torch.allclose(lse.cpu().double(), ref_lse, atol=1e-4)
 
 
+def test_a_planned_decoder_takes_new_tensors_and_unaligned_ones(device):
+    """After its first call a Decoder launches through the compiled kernels' handles (on a GPU): new tensors at
+    other addresses, and a query 2 bytes off 16-byte alignment (which the handle was not compiled for), still give
+    the right answer."""
+    q, k, v = make(2, 8, 2, 1, 300, 32, torch.float32, device, seed=6)
+    lens = torch.tensor([300, 41], device=device, dtype=torch.int32)
+    step = fd.Decoder(q, k, v, lens, num_splits=2, block_n=16)
+    step(q, k, v, lens)
+    spare = torch.empty(q.numel() + 1, device=device, dtype=q.dtype)
+    unaligned = spare[1:].view(q.shape)  # same shape and strides, 4 bytes past an aligned address
+    for queries in (q.clone() * 2, unaligned.copy_(q), q.clone() - 1):
+        expected, _ = reference(queries, k, v, lens.cpu())
+        out = step(queries, k.clone(), v.clone(), lens.clone())
+        assert (out.double().cpu() - expected).norm() / expected.norm() <= RTOL[torch.float32]
+
+
+def test_host_lengths_plan_for_the_keys_the_batch_holds():
+    """A batch of two sequences on one KV head fills the interpreter's two stand-in SMs with one split each; told
+    that one of them is empty, the plan splits the other in two."""
+    q = torch.zeros(2, 4, 1, 32)
+    assert fd.plan(q, 1, 1024) == (1, 128, 3)
+    assert fd.plan(q, 1, 1024, host_lengths=[1024, 1024]) == (1, 128, 3)
+    assert fd.plan(q, 1, 1024, host_lengths=[1024, 0]) == (2, 128, 3)
+    assert fd.plan(q, 1, 1024, host_lengths=[0, 0]) == (1, 128, 3)  # nothing to read: as planned by the shapes
+
+
+def test_choose_splits_counts_one_long_sequence_among_short_ones():
+    """Llama-3.1-8B's 8 KV heads at batch 16, one sequence of 100,000 keys and fifteen of 2,048, on 132 SMs: by the
+    shapes alone 128 programs fill a wave with one split, and 8 programs read the long sequence; counted by the
+    keys held (1.3 sequences of 100,000), the long one gets 12 splits."""
+    assert fd.choose_splits(16, 8, 100000, 132) == 1
+    assert fd.choose_splits((100000 + 15 * 2048) / 100000, 8, 100000, 132) == 12
+
+
+def test_resident_programs_take_the_least_of_shared_memory_registers_and_threads():
+    shared = 228 * 1024  # one H200 SM
+    assert fd.resident_programs(38 * 1024, 128, shared) == 4  # 5 by shared memory, 4 by registers (128 x 128 each)
+    assert fd.resident_programs(38 * 1024, 121, shared) == 4  # registers are given in steps of 8 per thread
+    assert fd.resident_programs(136 * 1024, 64, shared) == 1  # shared memory decides
+    assert fd.resident_programs(0, 32, shared) == 16  # 2,048 threads per SM: 16 warpgroups
+    assert fd.resident_programs(300 * 1024, 255, shared) == 1  # at least one, always
+
+
+def test_a_decoder_checks_its_host_lengths_and_pdl(device):
+    q, k, v = make(2, 4, 2, 1, 64, 16, torch.float32, device)
+    lens = torch.tensor([10, 20], device=device, dtype=torch.int32)
+    with pytest.raises(ValueError, match="host_lengths must give 2 lengths between 0 and the capacity 64"):
+        fd.Decoder(q, k, v, lens, host_lengths=[10, 65])
+    with pytest.raises(ValueError, match="host_lengths must give 2 lengths"):
+        fd.Decoder(q, k, v, lens, host_lengths=[10])
+    if not fd.programmatic_launch(q.device):
+        with pytest.raises(ValueError, match="pdl=True needs a GPU of compute capability 9.0"):
+            fd.Decoder(q, k, v, lens, pdl=True)
+    for pdl in (False, None):
+        expected, _ = reference(q, k, v, lens.cpu())
+        out = fd.Decoder(q, k, v, lens, pdl=pdl, host_lengths=[10, 20])(q, k, v, lens)
+        assert (out.double().cpu() - expected).norm() / expected.norm() <= RTOL[torch.float32]
+
+
 def test_a_planned_decoder_refuses_other_shapes(device):
     q, k, v = make(2, 4, 2, 1, 64, 16, torch.float32, device)
     lens = torch.tensor([10, 20], device=device, dtype=torch.int32)
@@ -287,6 +346,23 @@ def test_split_ranges_follow_the_lengths_not_the_capacity(device):
     step(q, k, v, lens)
     assert torch.isfinite(step.lse_part).all(), "a split read no key"
     check(q, k, v, lens, num_splits=4, block_n=16)
+
+
+@pytest.mark.gpu
+def test_gpu_plan_counts_the_compiled_kernels_registers():
+    """Llama-2-13B's 40 heads at batch 4 and 2,048 keys: the plan's programs per SM are what the compiled kernel's
+    shared memory and registers allow, never more than the shared-memory estimate."""
+    q = torch.zeros(4, 40, 1, 128, device="cuda", dtype=torch.bfloat16)
+    splits, block_n, stages = fd.plan(q, 40, 2048)
+    props = torch.cuda.get_device_properties(0)
+    meta = fd.split_meta(q, 40, 2, block_n, stages, 0, fd.programmatic_launch(q.device))
+    shared_used, registers = fd.compiled_resources(meta, q, 40)
+    per_sm = fd.resident_programs(shared_used, registers, props.shared_memory_per_multiprocessor)
+    assert 0 < registers <= 255 and per_sm <= fd.programs_per_sm(block_n, stages, 16, 128, 2,
+                                                                 props.shared_memory_per_multiprocessor)
+    first = fd.split_meta(q, 40, 2, *fd.TILES[0], 0, fd.programmatic_launch(q.device))
+    first_per_sm = fd.resident_programs(*fd.compiled_resources(first, q, 40), props.shared_memory_per_multiprocessor)
+    assert splits == fd.choose_splits(4, 40, 2048, props.multi_processor_count, fd.TILES[0][0], first_per_sm)
 
 
 @pytest.mark.gpu

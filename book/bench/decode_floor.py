@@ -14,6 +14,15 @@ clears the L2 cache by reading, as the decode benchmark does (CLEAR_L2); our ste
 are also timed with the L2 cleared by writing, as do_bench clears it, to measure what that choice changes. Every
 shape is timed twice, in two passes over all of them, so that the run shows how much its readings move between
 passes.
+
+Steps back to back are not what a model runs: between two attention steps it runs the rest of the layer, and our
+step's programmatic dependent launch (PDL: the next kernel starts its programs while the previous one finishes)
+can only overlap a step with what precedes it. So the graph of LAYERS layers is also timed with a stand-in for the
+rest of each layer: the two projection GEMMs of Llama-3.1-8B's attention block (the hidden state, 4,096 wide, times
+the query/key/value weights, 4,096 x 6,144, before the step; the step's output times the output weights,
+4,096 x 4,096, after it), every layer with its own weights, in cuBLAS through torch.matmul. It is timed alone, with
+our step, with our step launched without PDL, and with cuDNN's step; the attention's share of a layer is the
+layer's time less the GEMMs' alone. Back to back, our step is also timed without PDL.
 """
 
 from __future__ import annotations
@@ -30,8 +39,12 @@ Q_HEADS, KV_HEADS = 32, 8
 TARGET_CONTEXT = 8192  # the context of chapter 12's small-step target, at batch 1
 WRITTEN = ("ours", "sdpa_cudnn")  # also timed with the L2 cleared by writing
 LAYERS = 32  # the layers of the graph that times a step as a model's decode graph replays it
+HIDDEN, QKV_WIDTH = 4096, 6144  # Llama-3.1-8B: hidden size; query, key and value projections (32 + 2 x 8 heads x 128)
 NAMES = {"empty_one": "one empty kernel", "empty_two": "two empty kernels",
          "ours_empty": "ours, empty cache", "ours": "ours", "sdpa_cudnn": "cuDNN"}
+LAYER_NAMES = {"ours_no_pdl": "ours without PDL"}  # timed only per layer
+WITH_GEMMS = {"gemms": "the GEMMs alone", "gemms_ours": "GEMMs and ours", "gemms_ours_no_pdl":
+              "GEMMs and ours without PDL", "gemms_sdpa_cudnn": "GEMMs and cuDNN"}
 
 
 def _empty_kernel():
@@ -85,6 +98,9 @@ def _steps(batch: int, context: int, device: str = "cuda", layers: int = 1) -> d
     if device == "cuda":
         steps["sdpa_cudnn"] = cudnn
     # --8<-- [end:steps]
+    if layers > 1:  # the same step launched without programmatic dependent launch
+        no_pdl = [flash_decoding.Decoder(*x, full, pdl=False) for x in inputs]
+        steps["ours_no_pdl"] = lambda: [step(*x, full) for step, x in zip(no_pdl, inputs, strict=True)][0]
     expected = torch.nn.functional.scaled_dot_product_attention(q[:1].float(), k[:1].float(), v[:1].float(),
                                                                 enable_gqa=True)
     got = steps["ours"]()[:1].float()
@@ -93,6 +109,48 @@ def _steps(batch: int, context: int, device: str = "cuda", layers: int = 1) -> d
     for name in ("empty_one", "empty_two", *(["sdpa_cudnn"] if device == "cuda" else [])):
         steps[name]()  # compiled before the timer captures it
     return steps
+
+
+def _with_gemms(batch: int, context: int, device: str, layers: int = LAYERS) -> dict:
+    """A graph's callables of `layers` layers, each layer's step between the two projection GEMMs of its attention
+    block (Llama-3.1-8B's sizes, fp16, every layer its own weights, queries, keys and values), and the GEMMs alone."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kernels import flash_decoding
+
+    def randn(*shape, scale=1.0):
+        return torch.randn(*shape, device=device, dtype=torch.float16) * scale
+
+    inputs = [(randn(batch, Q_HEADS, 1, HEAD_DIM), randn(batch, KV_HEADS, context, HEAD_DIM),
+               randn(batch, KV_HEADS, context, HEAD_DIM)) for _ in range(layers)]
+    full = torch.full((batch,), context, device=device, dtype=torch.int32)
+    w_qkv = [randn(HIDDEN, QKV_WIDTH, scale=HIDDEN**-0.5) for _ in range(layers)]
+    w_out = [randn(HIDDEN, HIDDEN, scale=HIDDEN**-0.5) for _ in range(layers)]
+    hidden, attended = randn(batch, HIDDEN), randn(batch, HIDDEN)  # the layer's input; the step's output, reshaped
+    ours = [flash_decoding.Decoder(*x, full) for x in inputs]
+    no_pdl = [flash_decoding.Decoder(*x, full, pdl=False) for x in inputs]
+
+    def cudnn(layer):
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            torch.nn.functional.scaled_dot_product_attention(*inputs[layer], enable_gqa=True)
+
+    def layer_by_layer(step=None):
+        def run():
+            for layer in range(layers):
+                hidden @ w_qkv[layer]
+                if step is not None:
+                    step(layer)
+                attended @ w_out[layer]
+        return run
+
+    timed = {"gemms": layer_by_layer(), "gemms_ours": layer_by_layer(lambda i: ours[i](*inputs[i], full)),
+             "gemms_ours_no_pdl": layer_by_layer(lambda i: no_pdl[i](*inputs[i], full))}
+    if device == "cuda":
+        timed["gemms_sdpa_cudnn"] = layer_by_layer(cudnn)
+    for run in timed.values():
+        run()  # compiled (and cuDNN's plan made) before the timer captures it
+    return timed
 
 
 def _kernels(batch: int, context: int, device: str) -> int:
@@ -115,6 +173,7 @@ def _row(batch: int, context: int, bandwidth: float, progress: Progress, device:
                                  clear_l2="write")
     del steps
     layered = gpu_ms_interleaved(_steps(batch, context, device, LAYERS), budget_ms=3000, clear_l2=CLEAR_L2)
+    with_gemms = gpu_ms_interleaved(_with_gemms(batch, context, device, LAYERS), budget_ms=3000, clear_l2=CLEAR_L2)
     kv_bytes = 2 * batch * KV_HEADS * context * HEAD_DIM * 2
     row = {"kind": "floor", "pass": pass_, "batch": batch, "context": context,
            "kernels": _kernels(batch, context, device), "kv_bytes": kv_bytes,
@@ -122,7 +181,8 @@ def _row(batch: int, context: int, bandwidth: float, progress: Progress, device:
     row |= {f"{name}_us": times[name] * 1e3 if name in times else None for name in NAMES}
     row |= {f"{name}_written_us": written[name] * 1e3 if name in written else None for name in WRITTEN}
     row |= {"layers": LAYERS} | {f"layer_{name}_us": layered[name] * 1e3 / LAYERS if name in layered else None
-                                 for name in NAMES}
+                                 for name in NAMES | LAYER_NAMES}
+    row |= {f"layer_{name}_us": with_gemms[name] * 1e3 / LAYERS if name in with_gemms else None for name in WITH_GEMMS}
     timed = ", ".join(f"{name} {row[f'{name}_us']:.1f} us" for name in NAMES if row[f"{name}_us"] is not None)
     progress(f"pass {pass_ + 1}, B={batch} L={context}: {timed}; limit {row['limit_us']:.1f} us")
     return row
@@ -268,6 +328,34 @@ def layers(result: dict) -> str:
         f"cost beyond the two empty kernels.")
 
 
+def with_gemms(result: dict) -> str:
+    """Per layer, with the projection GEMMs between the steps: each step's share (the layer less the GEMMs alone),
+    with and without programmatic dependent launch, and the same without the GEMMs."""
+    rows = [r for r in _floor_rows(result) if r.get("layer_gemms_us") is not None]
+    if not rows:
+        return "This run did not time the steps between a layer's GEMMs."
+    body = []
+    for r in rows:
+        shares = {name: r[f"layer_gemms_{name}_us"] - r["layer_gemms_us"] for name in ("ours", "ours_no_pdl",
+                                                                                       "sdpa_cudnn")}
+        body.append([str(r["batch"]), f"{r['context']:,}", f"{r['limit_us']:.1f}", f"{r['layer_gemms_us']:.1f}",
+                     *(f"{shares[name]:.1f}" for name in shares),
+                     f"{shares['sdpa_cudnn'] / shares['ours']:.3f}", f"{r['limit_us'] / shares['ours']:.0%}",
+                     f"{r['layer_ours_us']:.1f}", f"{r['layer_ours_no_pdl_us']:.1f}"])
+    r = next(r for r in rows if r["context"] == TARGET_CONTEXT and r["batch"] == 1)
+    ours = r["layer_gemms_ours_us"] - r["layer_gemms_us"]
+    return render.table(["batch", "context", "limit µs", "GEMMs alone, per layer µs", "ours: added µs",
+                         "ours without PDL: added µs", "cuDNN: added µs", "cuDNN added / ours added",
+                         "ours added, of the limit", "back to back: ours per layer µs",
+                         "back to back: ours without PDL µs"], body) + (
+        f"\n\nOne graph of {r['layers']} layers; in each, the query/key/value GEMM ({HIDDEN:,} x {QKV_WIDTH:,}), the "
+        f"step, and the output GEMM ({HIDDEN:,} x {HIDDEN:,}), fp16 cuBLAS, every layer its own weights; its time "
+        f"over {r['layers']}. Added: the layer with the step less the layer with the GEMMs alone. The first of two "
+        f"passes; the L2 cache cleared by reading before each graph. PDL: programmatic dependent launch. At batch 1 "
+        f"with {TARGET_CONTEXT:,} keys our step adds {ours:.2f} µs to a layer, {r['limit_us'] / ours:.1%} of the "
+        f"limit ({TARGET_SMALL:.0%} allows {r['limit_us'] / TARGET_SMALL:.2f} µs).")
+
+
 def repeat(result: dict) -> str:
     """Both passes side by side: our step and cuDNN's in each, how far each moved, and how far their ratio moved."""
     second = {(r["batch"], r["context"]): r for r in _floor_rows(result, 1)}
@@ -301,6 +389,6 @@ BENCHMARK = Benchmark(
     sources=["kernels/flash_decoding.py", "book/bench/decode.py", "book/bench/decode_floor.py"],
     run=run,
     views={"table": table, "target": target, "large": large, "clearing": clearing, "layers": layers,
-           "repeat": repeat},
+           "with-gemms": with_gemms, "repeat": repeat},
     awaiting_gpu="issue 21: the floor benchmark's first GPU run",
 )
