@@ -25,7 +25,8 @@ class Launch:
     first call (see the module's docstring for when that is valid)."""
 
     def __init__(self, kernel, grid: tuple[int, ...], **meta):
-        self.kernel, self.grid, self.meta = kernel, grid, meta
+        self.kernel, self.meta = kernel, meta
+        self.grid = (*grid, *(1,) * (3 - len(grid)))  # the handle takes three sizes; the JIT fills in the missing ones
         self.handle = None  # the compiled kernel's launcher for this grid, after the first call
         self.device = None  # the current CUDA device it was compiled and loaded for
         self.aligned = None  # which tensor arguments were 16-byte aligned then
