@@ -7,10 +7,8 @@ def test_ring_steps_equal_one_gpu_and_zigzag_balances_the_causal_work():
     stored, fresh = snippets.check("snippets/ch14/ring_steps.py")
     assert fresh == stored
     assert "step 1: GPU 0 has GPU 3's, GPU 1 has GPU 0's" in fresh  # K and V move one GPU on per step
-    assert fresh.count("max difference from one GPU") == 4
-    differences = [float(line.split("one GPU ")[1].split(";")[0]) for line in fresh.splitlines() if "one GPU" in line]
-    assert max(differences) < 1e-12
-    assert "causal=True  contiguous: max difference" in fresh and "[36, 100, 164, 228], busiest / average 1.73" in fresh
+    assert fresh.count("equal to one GPU within 1e-12: True") == 4  # float64: the last bits vary between CPUs
+    assert "causal=True  contiguous: equal" in fresh and "[36, 100, 164, 228], busiest / average 1.73" in fresh
     assert "causal=True  zigzag    :" in fresh and "[132, 132, 132, 132], busiest / average 1.00" in fresh
 
 

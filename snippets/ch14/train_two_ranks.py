@@ -67,7 +67,7 @@ def whole_attention(q, k, v):
     if GPU:
         from kernels.flash_attention_backward_fast import attention
 
-        return attention(q, k, v, causal=True)
+        return attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True)  # the fast kernels' layout
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
