@@ -30,7 +30,13 @@ def test_parts_merge_in_order_with_the_last_date_and_the_telemetry_of_all():
     assert merged["provenance"]["telemetry"]["samples"] == 20
 
 
-@pytest.mark.parametrize("changed", [{"commit": "b" * 40}, {"sources": {"book/bench/ring.py": "sha256:" + "0" * 64}},
+def test_parts_taken_at_other_commits_merge_when_their_sources_are_the_same():
+    merged = parts.merge([_part([{"N": 1}]), _part([{"N": 2}], date="2026-12-01T09:00:00Z", commit="b" * 40)])
+    assert merged["provenance"]["commit"] == "b" * 40  # the last part's
+    assert merged["provenance"]["part_commits"] == ["a" * 40, "b" * 40]
+
+
+@pytest.mark.parametrize("changed", [{"sources": {"book/bench/ring.py": "sha256:" + "0" * 64}},
                                      {"gpu": "NVIDIA H100 80GB HBM3"}, {"triton": "3.7.0"}])
 def test_parts_measured_differently_are_refused(changed):
     with pytest.raises(ValueError, match="part 2 of ring was measured with a different"):
@@ -62,8 +68,13 @@ def test_a_part_overrides_module_attributes_only_while_it_runs():
 
 def test_the_ring_benchmark_splits_into_parts_that_cover_its_grid():
     benchmark = by_name("ring")
-    covered = [(n, h) for part in benchmark.parts for n in part["SIZES"] for h in part.get("HEADS", ring_bench.HEADS)]
+    ring_parts = [part for part in benchmark.parts if not part.get("CONTEXT_PARALLEL") and
+                  all(n < ring_bench.LONG for n in part["SIZES"])]
+    covered = [(n, h) for part in ring_parts for n in part["SIZES"] for h in part.get("HEADS", ring_bench.HEADS)]
     assert sorted(covered) == sorted((n, tuple(h)) for n in ring_bench.SIZES for h in ring_bench.HEADS)
+    context_parallel = {n for part in benchmark.parts if part.get("CONTEXT_PARALLEL") for n in part["SIZES"]}
+    assert context_parallel == {32768, 131072, 262144}  # from 32K, and the target's lengths from 128K
+    assert any(n >= 1 << 20 for part in benchmark.parts for n in part["SIZES"])  # the 1M-token training step
 
 
 def test_asking_for_a_part_a_benchmark_does_not_have_is_an_error(capsys):

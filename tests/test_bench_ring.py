@@ -74,3 +74,33 @@ def test_the_measurement_runs_end_to_end_on_two_cpu_processes():
     assert all(r["ulysses_training_ms"] > 0 for r in contiguous)
     assert all(r["ulysses_error"] < 1e-5 for r in contiguous if r["N"] == 16)
     assert all(r.get("ulysses_forward_ms") is None for r in rows if r["layout"] == "zigzag")
+
+
+def test_a_long_row_times_the_training_step_alone_and_no_one_gpu():
+    rows = bench.measure({"backend": "gloo", "sizes": [32], "heads": [[4, 2]], "cases": [(True, "zigzag")],
+                          "dtype": "float32", "use_kernels": False, "long": 32, "one_gpu_max": 16}, spawn=mp.spawn)
+    (row,) = rows
+    assert row["training_ms"] > 0 and "forward_ms" not in row and "one_gpu_training_ms" not in row
+    assert bench._rows({"rows": rows}) == []  # the full tables leave it out
+    assert "At 32 tokens (4/2 heads, causal, zigzag), the ring's training step takes" in bench.long_sentence(
+        {"rows": rows})
+
+
+def test_context_parallel_rows_record_what_refuses_without_hanging():
+    """On CPUs, SDPA's cuDNN and FlashAttention backends do not exist: both refuse, on both ranks, and the run ends."""
+    rows = bench.measure({"backend": "gloo", "sizes": [16], "heads": [[4, 2]], "cases": [(True, "zigzag")],
+                          "dtype": "float32", "use_kernels": False, "context_parallel": True}, spawn=mp.spawn)
+    (row,) = rows
+    assert row["kind"] == "context_parallel" and row["cp_cudnn_refused"] and row["cp_flash_refused"]
+    assert "refused" in bench._line(row)
+
+
+def test_context_parallel_table_sets_each_backend_against_the_ring():
+    cp = {"kind": "context_parallel", "N": 32768, "heads": 32, "kv_heads": 8, "causal": True, "world": 2,
+          "dtype": "bfloat16", "cp_cudnn_forward_ms": 9.0, "cp_cudnn_training_ms": 36.0,
+          "cp_flash_refused": "no kernel"}
+    text = bench.context_parallel_table({"rows": RESULT["rows"] + [cp]})
+    # ring (zigzag, causal): forward 6.0, training 18.0; fastest CP 9.0 and 36.0
+    assert "| 32,768 | 32/8 | yes | 6.00 | 9.00 | refused | 1.50× | 18.00 | 36.00 | refused | 2.00× |" in text
+    assert "Refused: no kernel." in text
+    assert bench.context_parallel_table(RESULT).startswith("This run did not time")

@@ -4,9 +4,11 @@ Some machines are lent for minutes at a time (the book's GPUs: ten minutes a com
 `parts` (module attributes to override, one dict per part, as book/bench/precompile.py does) can run one part per
 call: `python -m book.bench --only NAME --part K` writes results/<gpu>/parts/NAME.K.json. Once every part is
 there, `python -m book.bench --merge NAME` joins them into results/<gpu>/NAME.json, rows in part order, and removes
-the parts. It refuses unless every part measured the same thing: the same commit, the same source hashes, the same
-GPU, driver and library versions (only the date and the telemetry may differ; the merged file keeps the last date
-and the telemetry over all parts).
+the parts. It refuses unless every part measured the same thing: the same source hashes, the same GPU, driver and
+library versions. The date, the telemetry and the commit may differ: the merged file keeps the last date and commit,
+the telemetry over all parts and each part's commit (`part_commits`). So the parts of one measurement can be taken
+over several sessions, as long as nothing they measure changes; the part files are kept in the repository
+(results/<gpu>/parts/) until they merge.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from book import results
 
 # What may differ between the parts of one measurement; every other provenance field must be equal.
-MAY_DIFFER = ("date", "telemetry")
+MAY_DIFFER = ("date", "telemetry", "commit", "part_commits")
 
 
 def part_path(name: str, gpu_slug: str, part: int, results_dir: Path = results.RESULTS_DIR) -> Path:
@@ -67,9 +69,12 @@ def merge(parts: list[dict]) -> dict:
                         if key not in MAY_DIFFER and first["provenance"].get(key) != part["provenance"].get(key))
         if differ:
             raise ValueError(f"part {k} of {first['benchmark']} was measured with a different {', '.join(differ)} "
-                             f"than part 1: run every part again at one commit, on one machine")
+                             f"than part 1: run every part again with the same sources, on the same kind of machine")
     provenance = {key: value for key, value in first["provenance"].items() if key != "telemetry"}
     provenance["date"] = max(part["provenance"]["date"] for part in parts)
+    latest = max(parts, key=lambda part: part["provenance"]["date"])
+    provenance["commit"] = latest["provenance"]["commit"]
+    provenance["part_commits"] = [part["provenance"]["commit"] for part in parts]
     telemetry = _telemetry([part["provenance"]["telemetry"] for part in parts if "telemetry" in part["provenance"]])
     if telemetry:
         provenance["telemetry"] = telemetry

@@ -34,6 +34,13 @@ HEAD_DIM = 128
 DTYPE = "bfloat16"
 CASES = [(False, "contiguous"), (True, "contiguous"), (True, "zigzag")]  # (causal, layout)
 WARMUP, REPEATS = 2, 7
+ONE_GPU_MAX = 262144  # tokens: longer ones not timed on one GPU (a causal 1M training step: about a minute by count)
+LONG = 524288  # tokens: from here on only the training step with overlap is timed, LONG_REPEATS times after a warm-up
+LONG_REPEATS = 3
+# PyTorch's own context parallelism (torch.distributed.tensor.experimental.context_parallel) over these SDPA backends,
+# in parts of its own (CONTEXT_PARALLEL = True): rows of kind "context_parallel" instead of "ring"
+CONTEXT_PARALLEL = False
+CONTEXT_PARALLEL_BACKENDS = {"cp_cudnn": "CUDNN_ATTENTION", "cp_flash": "FLASH_ATTENTION"}
 RTOL = 2e-2  # bf16 against the one-GPU kernels' bf16 output
 # Beyond one machine, on paper: one 400 Gb/s InfiniBand port per GPU (the NVIDIA DGX H200 datasheet: eight
 # ConnectX-7 adapters of 400 Gb/s for eight GPUs), a datasheet peak, not a measurement.
@@ -58,7 +65,8 @@ def run(progress: Progress) -> list[dict]:
     if torch.cuda.device_count() < WORLD:
         raise BenchmarkSkipped(f"needs {WORLD} GPUs of one host, found {torch.cuda.device_count()}")
     rows = measure({"backend": "nccl", "sizes": SIZES, "heads": HEADS, "cases": CASES, "dtype": DTYPE,
-                    "use_kernels": True}, spawn=mp.spawn)
+                    "use_kernels": True, "context_parallel": CONTEXT_PARALLEL, "long": LONG,
+                    "one_gpu_max": ONE_GPU_MAX}, spawn=mp.spawn)
     for row in rows:
         progress(_line(row))
     return rows
@@ -87,7 +95,10 @@ def _rank_main(rank: int, tmp: str, config_json: str) -> None:
         for n in config["sizes"]:
             for heads, kv_heads in config["heads"]:
                 for causal, layout in config["cases"]:
-                    rows.append(_row(n, heads, kv_heads, causal, layout, config, device))
+                    if config.get("context_parallel"):
+                        rows.append(_context_parallel_row(n, heads, kv_heads, causal, config, device))
+                    else:
+                        rows.append(_row(n, heads, kv_heads, causal, layout, config, device))
                     if rank == 0:  # as it goes: a call that runs out of time still shows how far it got
                         print(f"  ring: {_line(rows[-1])} ({time.perf_counter() - started:.0f} s)", flush=True)
         if rank == 0:
@@ -136,20 +147,85 @@ def _row(n, heads, kv_heads, causal, layout, config, device) -> dict:
              "send_ms": lambda: ring._pass_on((mine[1], mine[2]), None, WORLD, rank)()}
     if layout == "contiguous":
         timed |= {"ulysses_forward_ms": all_to_all_forward, "ulysses_training_ms": all_to_all_training}
+    repeats = REPEATS
+    long, one_gpu_max = config.get("long", LONG), config.get("one_gpu_max", ONE_GPU_MAX)  # the processes' own copies
+    if n >= long:  # a long sequence: the training step alone, a few times
+        timed, repeats = {"training_ms": timed["training_ms"]}, LONG_REPEATS
     whole_forward, whole_training = _one_gpu(q, k, v, do, causal, use_kernels)
-    if n == min(config["sizes"]):
+    if n == min(config["sizes"]) and n < long:
         expected = ring.shard(whole_forward(), rank, WORLD, layout)
         for name, fn in (("error", lambda: forward(True)), ("ulysses_error", all_to_all_forward)):
             if name == "error" or layout == "contiguous":
                 row[name] = ((fn().float() - expected.float()).norm() / expected.norm()).item()
                 assert row[name] < RTOL, f"{name} {row[name]:.1e} at {row}"
     for name, fn in timed.items():
-        row[name] = _slowest_rank_ms(fn, device)
-    if rank == 0:  # the whole sequence on one GPU, timed alone
+        row[name] = _slowest_rank_ms(fn, device, repeats)
+    if rank == 0 and n <= one_gpu_max:  # the whole sequence on one GPU, timed alone
         row["one_gpu_forward_ms"] = _ms(whole_forward, device)
         row["one_gpu_training_ms"] = _ms(whole_training, device)
     dist.barrier()
     return row
+
+
+def _context_parallel_row(n, heads, kv_heads, causal, config, device) -> dict:
+    """PyTorch's context parallelism on the same GPUs: the whole sequence's tensors on every rank, sharded along
+    the sequence by context_parallel (which balances a causal mask its own way), then SDPA's forward and training
+    step inside it, with each backend of CONTEXT_PARALLEL_BACKENDS. K and V are repeated to the query heads, as
+    torchtitan does for grouped-query attention under context parallelism. A backend that refuses is recorded with
+    its message."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+    from torch.distributed.tensor.experimental._attention import context_parallel_unshard
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    dtype = getattr(torch, config["dtype"])
+    generator = torch.Generator(device=device).manual_seed(n + heads + kv_heads)
+    q, k, v, do = (torch.randn(1, h, n, HEAD_DIM, generator=generator, device=device, dtype=dtype)
+                   for h in (heads, kv_heads, kv_heads, heads))
+    k, v = (t.repeat_interleave(heads // kv_heads, dim=1) for t in (k, v))
+    mesh = init_device_mesh(device.type, (WORLD,))
+    row = {"kind": "context_parallel", "N": n, "heads": heads, "kv_heads": kv_heads, "causal": causal,
+           "world": WORLD, "dtype": config["dtype"]}
+    for key, backend in CONTEXT_PARALLEL_BACKENDS.items():
+        buffers = [t.clone() for t in (q, k, v, do)]
+        try:
+            with sdpa_kernel(getattr(SDPBackend, backend)):
+                expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                with context_parallel(mesh, buffers=buffers, buffer_seq_dims=[2] * 4, no_restore_buffers=set(buffers)):
+                    local_q, local_k, local_v, _ = buffers  # each rank's shard, in place
+                    with torch.no_grad():
+                        out = torch.nn.functional.scaled_dot_product_attention(local_q, local_k, local_v,
+                                                                                is_causal=causal)
+                    (whole,) = context_parallel_unshard(mesh, [out], [2])
+                    row[f"{key}_error"] = ((whole.float() - expected.float()).norm() / expected.norm()).item()
+                    assert row[f"{key}_error"] < RTOL, f"{key}: relative error {row[f'{key}_error']:.1e} at {row}"
+                    times = _sdpa_steps_ms(*buffers, causal, device)
+            row[f"{key}_forward_ms"], row[f"{key}_training_ms"] = times
+        except (RuntimeError, NotImplementedError, ValueError) as error:
+            row[f"{key}_refused"] = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
+        del buffers
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    dist.barrier()
+    return row
+
+
+def _sdpa_steps_ms(q, k, v, do, causal: bool, device) -> tuple[float, float]:
+    """The slowest rank's forward and training step of SDPA on these tensors (inside context_parallel: its shards)."""
+    import torch
+
+    def forward():
+        with torch.no_grad():
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    def training():
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        return torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal),
+                                   leaves, do)
+
+    return _slowest_rank_ms(forward, device), _slowest_rank_ms(training, device)
 
 
 def _one_gpu(q, k, v, do, causal, use_kernels):
@@ -188,19 +264,20 @@ def _ms(fn, device) -> float:
     return statistics.median(times[WARMUP:])
 
 
-def _slowest_rank_ms(fn, device) -> float:
+def _slowest_rank_ms(fn, device, repeats: int = REPEATS) -> float:
     """Median over calls of the slowest rank's time: every rank times each call after a barrier, then the ranks
-    keep the largest of their times."""
+    keep the largest of their times (one warm-up call for a few repeats, WARMUP otherwise)."""
     import torch
     import torch.distributed as dist
 
     times = []
-    for i in range(WARMUP + REPEATS):
+    warmup = 1 if repeats < REPEATS else WARMUP
+    for i in range(warmup + repeats):
         dist.barrier()
         elapsed = _ms_once(fn, device)
         slowest = torch.tensor([elapsed], dtype=torch.float64, device=device)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        if i >= WARMUP:
+        if i >= warmup:
             times.append(slowest.item())
     return statistics.median(times)
 
@@ -222,10 +299,17 @@ def _ms_once(fn, device) -> float:
 
 
 def _line(row: dict) -> str:
-    return (f"N={row['N']:,} {row['heads']}/{row['kv_heads']} causal={row['causal']} {row['layout']}: forward "
-            f"{row['forward_ms']:.2f} ms (no overlap {row['forward_no_overlap_ms']:.2f}), training "
-            f"{row['training_ms']:.2f} ms, one GPU {_fmt(row.get('one_gpu_forward_ms'))} / "
-            f"{_fmt(row.get('one_gpu_training_ms'))} ms")
+    shape = f"N={row['N']:,} {row['heads']}/{row['kv_heads']} causal={row['causal']}"
+    if row["kind"] == "context_parallel":
+        return f"{shape} context_parallel: " + ", ".join(
+            f"{key} {_fmt(row.get(f'{key}_forward_ms'))} / {_fmt(row.get(f'{key}_training_ms'))} ms"
+            if row.get(f"{key}_refused") is None else f"{key} refused ({row[f'{key}_refused']})"
+            for key in CONTEXT_PARALLEL_BACKENDS)
+    if "forward_ms" not in row:
+        return f"{shape} {row['layout']}: training {row['training_ms']:.2f} ms"
+    return (f"{shape} {row['layout']}: forward {row['forward_ms']:.2f} ms (no overlap "
+            f"{row['forward_no_overlap_ms']:.2f}), training {row['training_ms']:.2f} ms, one GPU "
+            f"{_fmt(row.get('one_gpu_forward_ms'))} / {_fmt(row.get('one_gpu_training_ms'))} ms")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -237,7 +321,8 @@ def _fmt(value, digits: int = 2) -> str | None:
 
 
 def _rows(result: dict) -> list[dict]:
-    return [r for r in result["rows"] if r["kind"] == "ring"]
+    """The ring's rows timed in full (a long sequence's row times the training step alone)."""
+    return [r for r in result["rows"] if r["kind"] == "ring" and "forward_ms" in r]
 
 
 def _tflops_per_gpu(row: dict, key: str, passes: float = 1.0) -> float:
@@ -341,6 +426,56 @@ def projection(result: dict) -> str:
         "every GPU's link to the next is as fast as the measured pair's, as on NVLink switches.")
 
 
+def _ring_for(result: dict, row: dict) -> dict | None:
+    """The ring's fully timed row at a context-parallel row's shape: the zigzag layout where causal, else
+    contiguous."""
+    layout = "zigzag" if row["causal"] else "contiguous"
+    return next((r for r in _rows(result) if (r["N"], r["heads"], r["kv_heads"], r["causal"], r["layout"])
+                 == (row["N"], row["heads"], row["kv_heads"], row["causal"], layout)), None)
+
+
+def context_parallel_table(result: dict) -> str:
+    """The ring against PyTorch's context parallelism over each SDPA backend, forward and training step."""
+    rows = [r for r in result["rows"] if r["kind"] == "context_parallel"]
+    if not rows:
+        return "This run did not time PyTorch's context parallelism."
+    body = []
+    for r in rows:
+        ring = _ring_for(result, r)
+        cells = []
+        for what in ("forward", "training"):
+            times = {key: r.get(f"{key}_{what}_ms") for key in CONTEXT_PARALLEL_BACKENDS}
+            fastest = min((t for t in times.values() if t is not None), default=None)
+            ours = None if ring is None else ring[f"{what}_ms"]
+            cells += [_fmt(ours), *(_fmt(t) if t is not None else "refused" for t in times.values()),
+                      None if ours is None or fastest is None else f"{fastest / ours:.2f}×"]
+        body.append([f"{r['N']:,}", f"{r['heads']}/{r['kv_heads']}", "yes" if r["causal"] else "no", *cells])
+    names = {"cp_cudnn": "cuDNN", "cp_flash": "FlashAttention-2"}
+    headers = ["N", "heads q/kv", "causal"] + [
+        h for what in ("forward", "training") for h in (f"ring {what} ms", *(f"PyTorch CP, {names[k]}, {what} ms"
+                                                                              for k in CONTEXT_PARALLEL_BACKENDS),
+                                                        f"{what}: fastest CP / ring")]
+    refusals = sorted({r[f"{k}_refused"] for r in rows for k in CONTEXT_PARALLEL_BACKENDS if f"{k}_refused" in r})
+    return render.table(headers, body) + (
+        f"\n\nOn the same {WORLD} GPUs, bf16, head dim {HEAD_DIM}, the slowest rank's time. PyTorch's context "
+        "parallelism (torch.distributed.tensor.experimental.context_parallel) shards the whole sequence itself "
+        "and runs SDPA's ring with the backend named; K and V are repeated to the query heads, as torchtitan does "
+        "for grouped-query attention. The ring: the zigzag layout where causal, contiguous otherwise. Above 1.0× "
+        "the ring is faster." + (" Refused: " + "; ".join(refusals) + "." if refusals else ""))
+
+
+def long_sentence(result: dict) -> str:
+    """The longest sequences, whose training step alone was timed."""
+    rows = [r for r in result["rows"] if r["kind"] == "ring" and "forward_ms" not in r]
+    if not rows:
+        return "This run did not time a sequence longer than the tables'."
+    return " ".join(
+        f"At {r['N']:,} tokens ({r['heads']}/{r['kv_heads']} heads, {'causal' if r['causal'] else 'non-causal'}, "
+        f"{r['layout']}), the ring's training step takes {r['training_ms']:,.0f} ms on {r['world']} GPUs, "
+        f"{_tflops_per_gpu(r, 'training_ms', 3.5):.0f} TFLOP/s per GPU (median of {LONG_REPEATS}); one GPU was not "
+        f"timed at this length." for r in rows)
+
+
 def hidden(result: dict) -> str:
     """How much of the sending the overlap hides: the time saved over the time the sends take alone."""
     parts = []
@@ -366,11 +501,15 @@ BENCHMARK = Benchmark(
              "kernels/flash_attention_backward_hopper.py", "book/bench/ring.py"],
     run=run,
     views={"forward": forward_table, "training": training_table, "all-to-all": all_to_all_table, "hidden": hidden,
-           "projection": projection},
+           "projection": projection, "context-parallel": context_parallel_table, "long": long_sentence},
     awaiting_gpu="issue 53: needs two GPUs of one host (nvidia-h200-x2)",
     # By count, a 256K-token row takes about two minutes (one-GPU training ~3.5 s a call, 9 calls a timing), and
     # the first part also compiles every kernel: on 2026-11-29 a part of 32K-128K (18 rows) on a fresh machine did
     # not finish within 320 s. So the parts are small, each its own ten-minute command.
     parts=[{"SIZES": [32768]}, {"SIZES": [65536]}, {"SIZES": [131072]}, {"SIZES": [262144], "HEADS": [(32, 8)]},
-           {"SIZES": [262144], "HEADS": [(32, 32)]}],
+           {"SIZES": [262144], "HEADS": [(32, 32)]},
+           # PyTorch's context parallelism at the same shapes (one row per causal mask), then the 1M-token step
+           {"CONTEXT_PARALLEL": True, "SIZES": [32768, 131072], "CASES": [(False, "contiguous"), (True, "zigzag")]},
+           {"CONTEXT_PARALLEL": True, "SIZES": [262144], "CASES": [(False, "contiguous"), (True, "zigzag")]},
+           {"SIZES": [1048576], "HEADS": [(32, 8)], "CASES": [(True, "zigzag")]}],
 )
