@@ -1,13 +1,13 @@
 """The benchmark command: on a machine without a GPU it stops with a one-line explanation."""
 
-import ast
 import subprocess
 import sys
 
 import pytest
 
 from book import ROOT
-from book.bench import ALL
+from book.bench import ALL, by_name
+from book.bench.registry import UNMEASURED_FOR, UNMEASURED_IMPORTS, reached_kernels
 from tests.conftest import HAS_CUDA
 
 
@@ -26,42 +26,16 @@ def test_every_benchmark_lists_existing_sources():
         assert benchmark.views, f"{benchmark.name} has no views for the pages"
 
 
-# Kernel modules that a listed kernel imports but a benchmark may leave out of its sources, and why. Anything
-# else a listed kernel imports (at the top or inside a function) must be listed: a change to it changes what
-# the benchmark measured, and only listed sources make results stale.
-UNLISTED_IMPORTS = {
-    "kernels/validate.py": "input checks the wrappers make before launching; no benchmark has listed them",
-    "kernels/flash_attention_backward.py": "imported by the forward kernels for their autograd Function and by "
-                                           "the fast backward for its fallback; the benchmarks that leave it out "
-                                           "run neither",
-}
-UNLISTED_FOR = {  # the same, for one benchmark only
-    "backward_hopper": {"kernels/flash_attention.py": "part of the fast backward's fallback, which the benchmark's "
-                                                      "shapes never take"},
-}
-
-
-def _kernel_imports(path: str) -> set[str]:
-    found = set()
-    for node in ast.walk(ast.parse((ROOT / path).read_text())):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        found |= {name.replace(".", "/") + ".py" for name in names if name.startswith("kernels.")}
-    return {path for path in found if (ROOT / path).is_file()}
-
-
-def test_every_kernel_a_listed_kernel_imports_is_listed():
+def test_every_kernel_a_listed_kernel_imports_is_a_source():
+    """A kernel module that a listed kernel reaches joins the sources by itself (kernels/launch.py in the decode
+    benchmarks, say), unless the registry says why it cannot change the measurement."""
     for benchmark in ALL:
-        reached, todo = set(), [s for s in benchmark.sources if s.startswith("kernels/")]
-        while todo:
-            path = todo.pop()
-            if path not in reached:
-                reached.add(path)
-                todo += _kernel_imports(path)
-        allowed = UNLISTED_IMPORTS | UNLISTED_FOR.get(benchmark.name, {})
-        missing = sorted(reached - set(benchmark.sources) - set(allowed))
+        allowed = UNMEASURED_IMPORTS | UNMEASURED_FOR.get(benchmark.name, {})
+        missing = sorted(reached_kernels(benchmark.sources) - set(benchmark.sources) - set(allowed))
         assert not missing, f"{benchmark.name} runs code from {missing} but does not list it in its sources"
+    assert "kernels/launch.py" in by_name("decode").sources
+
+
+def test_an_unmeasured_import_needs_its_reason():
+    assert all(reason for reason in UNMEASURED_IMPORTS.values())
+    assert all(reason for reasons in UNMEASURED_FOR.values() for reason in reasons.values())
