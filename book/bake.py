@@ -91,10 +91,13 @@ def _render_view(benchmark_name: str, view_name: str, figures: dict[str, bytes])
     benchmark = by_name(benchmark_name)
     if view_name not in benchmark.views:
         raise KeyError(f"benchmark {benchmark_name!r} has no view {view_name!r}; views: {list(benchmark.views)}")
+    found = in_tab_order(results.load_all(benchmark_name))
+    outputs = [benchmark.views[view_name](result) for result in found]
+    if len(found) > 1 and all(isinstance(o, str) and o == outputs[0] for o in outputs):
+        found, outputs = found[:1], outputs[:1]  # the same text for every GPU (a list of predictions): shown once
     bodies = []
-    for result in in_tab_order(results.load_all(benchmark_name)):
+    for result, output in zip(found, outputs, strict=True):
         provenance = result["provenance"]
-        output = benchmark.views[view_name](result)
         if isinstance(output, str):
             body = output
         else:

@@ -92,3 +92,17 @@ def test_a_run_on_an_archived_gpu_writes_its_results_and_keeps_the_marker(tmp_pa
     assert (folder / gpus.ARCHIVE_MARKER).read_text() == ARCHIVED_MD
     assert results.load_all("vector_add", results_dir=tmp_path) == [result]
     assert sorted(path.name for path in tmp_path.glob("*/*.json")) == ["vector_add.json"]
+
+
+def test_a_view_with_the_same_text_for_every_gpu_is_shown_once(monkeypatch):
+    """A view that does not depend on the measurement (a list of predictions, say) gets no tabs; one that does keeps
+    a tab per GPU."""
+    fresh = [{"provenance": _provenance(slug, stale=False), "rows": []} for slug in (gpus.REFERENCE_GPU, "gpu-z")]
+    monkeypatch.setattr(results, "load_all", lambda name: fresh)
+    benchmark = bake.by_name("vector_add")
+    monkeypatch.setitem(benchmark.views, "same", lambda result: "the same words")
+    monkeypatch.setitem(benchmark.views, "per-gpu", lambda result: result["provenance"]["gpu_slug"])
+    (only,) = bake._render_view("vector_add", "same", {})
+    assert only[0] == f"Vendor {gpus.REFERENCE_GPU}" and only[1].startswith("the same words")
+    assert [gpu for gpu, _ in bake._render_view("vector_add", "per-gpu", {})] == [
+        f"Vendor {gpus.REFERENCE_GPU}", "Vendor gpu-z"]
