@@ -23,6 +23,7 @@ per_compute_thread = (average * THREADS - COPIER * 128) // (COMPUTE_GROUPS * 128
 print(f"average {average} registers per thread; copying warpgroup {COPIER}; each computing warpgroup "
       f"{per_compute_thread}")
 fp32_tile = rows * 128 // 128  # a 64 x 128 fp32 tile spread over 128 threads: registers per thread
-o, s, p_now, p_in_flight = fp32_tile, fp32_tile, fp32_tile // 2, fp32_tile // 2  # P is fp16: half as many
-print(f"head dim 128: O {o} + S {s} + P {p_now} + the P still read by the tensor cores {p_in_flight} "
-      f"= {o + s + p_now + p_in_flight} of the {per_compute_thread} registers")
+# At the peak a thread holds O, S and the P the tensor cores still read; the new P is made from S a piece at a time
+o, s, p_in_flight = fp32_tile, fp32_tile, fp32_tile // 2  # P is fp16: half as many registers
+print(f"head dim 128 at the peak: O {o} + S {s} + the P still read by the tensor cores {p_in_flight} "
+      f"= {o + s + p_in_flight} of the {per_compute_thread} registers")
