@@ -52,6 +52,7 @@ log = logging.getLogger("mkdocs.plugins.book")
 
 # A marker may be indented (inside an admonition or a collapsed block); its view is indented alike.
 MARKER = re.compile(r"^(?P<indent>[ ]*)<!-- results: (?P<benchmark>\w+) (?P<view>[\w-]+) -->$", re.MULTILINE)
+PROVENANCE = re.compile(r'<p class="provenance">Measured on (?P<gpu>[^(<]+?) \(driver .*?</p>\Z', re.S)
 FIGURE = re.compile(r"^<!-- figure: (?P<module>[\w.]+):(?P<function>\w+) -->$", re.MULTILINE)
 STEPPER = re.compile(r"^<!-- stepper: (?P<name>[\w-]+)(?P<options>(?: [\w-]+=[\w.,-]+)*) -->$", re.MULTILINE)
 CHAPTER = re.compile(r"^chapters/(?P<number>\d\d)-[\w-]+\.md$")
@@ -131,9 +132,20 @@ def transform(markdown: str, src_uri: str, rendered: Rendered, notebook: str | N
     notebook is the site path of the chapter's notebook page source (notebooks/chNN_x.ipynb, or .md once
     baked for a generator without a notebook plugin), or None."""
     figures_dir = posixpath.relpath("figures", posixpath.dirname(src_uri) or ".")
+    said: set[str] = set()  # the provenance lines already on this page
 
     def replace(match: re.Match) -> str:
         return textwrap.indent(view(match), match["indent"])
+
+    def once(body: str) -> str:
+        """The body with its provenance line, or a short pointer to it where the page has already shown it."""
+        found = PROVENANCE.search(body)
+        if found is None:
+            return body
+        if found[0] not in said:
+            said.add(found[0])
+            return body
+        return body[:found.start()] + f'<p class="provenance">The same run as above ({found["gpu"]}).</p>'
 
     def view(match: re.Match) -> str:
         bodies = rendered.views.get((match["benchmark"], match["view"]), [])
@@ -143,7 +155,7 @@ def transform(markdown: str, src_uri: str, rendered: Rendered, notebook: str | N
                 '!!! note "No measurements yet"\n\n'
                 f"    `{match['benchmark']}` has no results file. Run `make bench` on a GPU machine.\n"
             )
-        filled = [(gpu, body.replace("{figures}", figures_dir)) for gpu, body in bodies]
+        filled = [(gpu, once(body.replace("{figures}", figures_dir))) for gpu, body in bodies]
         if len(filled) == 1:
             return filled[0][1]
         # `===!` starts a new tab set, so two views in a row do not merge into one set of tabs.

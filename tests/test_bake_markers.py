@@ -26,3 +26,16 @@ def test_an_indented_marker_keeps_its_view_inside_the_block():
     assert '\n    ===! "H200"\n\n        | a |' in two and '\n    === "H100"\n' in two
     empty = bake.transform(page, "chapters/01-x.md", bake.Rendered(), None, "https://github.com/o/r")
     assert '\n    !!! note "No measurements yet"\n\n        `bench` has no results file.' in empty
+
+
+def test_a_provenance_line_the_page_has_shown_becomes_a_pointer():
+    line = ('<p class="provenance">Measured on NVIDIA H200 (driver 580, CUDA 13.0), torch 2.11, triton 3.6, '
+            '2026-11-29, commit <code>93b1247</code>.</p>')
+    rendered = bake.Rendered(views={("bench", "table"): [("NVIDIA H200", "| a |\n\n" + line)],
+                                    ("bench", "plot"): [("NVIDIA H200", "![plot](x.svg)\n\n" + line)]})
+    page = "<!-- results: bench table -->\n\n<!-- results: bench plot -->\n\n<!-- results: bench table -->\n"
+    out = bake.transform(page, "chapters/01-x.md", rendered, None, "https://github.com/o/r")
+    assert out.count("Measured on NVIDIA H200") == 1
+    assert out.count('<p class="provenance">The same run as above (NVIDIA H200).</p>') == 2
+    other = bake.transform("<!-- results: bench plot -->\n", "chapters/02-y.md", rendered, None, "https://x")
+    assert "Measured on NVIDIA H200" in other  # each page says it once
