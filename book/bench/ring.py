@@ -214,17 +214,7 @@ def _context_parallel_row(n, heads, kv_heads, causal, config, device) -> dict:
 
 def _sdpa_steps_ms(q, k, v, do, causal: bool, device) -> tuple[float, float]:
     """The slowest rank's forward and training step of SDPA on these tensors (inside context_parallel: its shards)."""
-    import torch
-
-    def forward():
-        with torch.no_grad():
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-    def training():
-        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-        return torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal),
-                                   leaves, do)
-
+    forward, training = _one_gpu(q, k, v, do, causal, use_kernels=False)
     return _slowest_rank_ms(forward, device), _slowest_rank_ms(training, device)
 
 
