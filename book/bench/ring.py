@@ -160,6 +160,8 @@ def _row(n, heads, kv_heads, causal, layout, config, device) -> dict:
                 assert row[name] < RTOL, f"{name} {row[name]:.1e} at {row}"
     for name, fn in timed.items():
         row[name] = _slowest_rank_ms(fn, device, repeats)
+        if rank == 0:  # a long row shows where it is
+            print(f"    {name} {row[name]:.2f} ms", flush=True)
     if rank == 0 and n <= one_gpu_max:  # the whole sequence on one GPU, timed alone
         row["one_gpu_forward_ms"] = _ms(whole_forward, device)
         row["one_gpu_training_ms"] = _ms(whole_training, device)
