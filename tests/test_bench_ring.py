@@ -102,5 +102,7 @@ def test_context_parallel_table_sets_each_backend_against_the_ring():
     text = bench.context_parallel_table({"rows": RESULT["rows"] + [cp]})
     # ring (zigzag, causal): forward 6.0, training 18.0; fastest CP 9.0 and 36.0
     assert "| 32,768 | 32/8 | yes | 6.00 | 9.00 | refused | 1.50× | 18.00 | 36.00 | refused | 2.00× |" in text
-    assert "Refused: no kernel." in text
+    assert "Not timed: FlashAttention-2: no kernel." in text
+    wrong = dict(cp, cp_flash_refused="wrong output: relative error 9.1e-02 against SDPA on one GPU")
+    assert "| 9.00 | wrong | 1.50× |" in bench.context_parallel_table({"rows": RESULT["rows"] + [wrong]})
     assert bench.context_parallel_table(RESULT).startswith("This run did not time")
