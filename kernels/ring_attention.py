@@ -120,11 +120,14 @@ def _grouped(t):
 # --8<-- [end:blocks]
 
 
-def merge(out, lse, block_out, block_lse):
-    """Chapter 4's merge of two partial states of the same rows."""
-    new_lse = torch.logaddexp(lse, block_lse)
+def merge_into(out, lse, block_out, block_lse):
+    """Chapter 4's merge of a block's partial state into (out, lse) of the same rows, in place: out and lse in the
+    accumulating dtype, the block's in any. In place, a merge reads and writes the large output twice, not five
+    times."""
+    new_lse = torch.logaddexp(lse, block_lse.to(lse.dtype))
     safe = torch.where(torch.isinf(new_lse), 0.0, new_lse)
-    return (out * torch.exp(lse - safe)[..., None] + block_out * torch.exp(block_lse - safe)[..., None]), new_lse
+    out.mul_(torch.exp(lse - safe)[..., None]).addcmul_(block_out, torch.exp(block_lse - safe)[..., None])
+    lse.copy_(new_lse)
 
 
 # --8<-- [start:pass_on]
@@ -158,18 +161,20 @@ def ring_forward(q, k, v, causal: bool, layout: str, scale: float, use_kernels: 
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     parts = len(pieces(rank, world, layout))
     acc = torch.promote_types(q.dtype, torch.float32)  # partial results merge in fp32 (fp64 stays fp64)
-    outs = [torch.zeros(piece.shape, dtype=acc, device=q.device) for piece in _split(q, parts)]
-    lses = [torch.full(piece.shape[:3], float("-inf"), dtype=acc, device=q.device) for piece in _split(q, parts)]
+    outs, lses = [None] * parts, [None] * parts  # each piece's state after its first block (step 0 has them all)
     for step in range(world):
         source = (rank - step) % world  # whose K and V this rank holds now
         wait = _pass_on((k, v), group, world, rank, overlap) if step < world - 1 else None  # sent while we compute
         q_pieces, k_pieces, v_pieces = (_split(t, parts) for t in (q, k, v))
         for i, j, diagonal in piece_pairs(rank, source, world, layout, causal):
             block_out, block_lse = block_forward(q_pieces[i], k_pieces[j], v_pieces[j], diagonal, scale, use_kernels)
-            outs[i], lses[i] = merge(outs[i], lses[i], block_out.to(acc), block_lse.to(acc))
+            if outs[i] is None:
+                outs[i], lses[i] = block_out.to(acc), block_lse.to(acc)
+            else:
+                merge_into(outs[i], lses[i], block_out, block_lse)
         if wait is not None:
             k, v = wait()
-    return torch.cat(outs, dim=2).to(q.dtype), torch.cat(lses, dim=2)
+    return torch.cat([out.to(q.dtype) for out in outs], dim=2), torch.cat(lses, dim=2)
 # --8<-- [end:forward]
 
 
@@ -192,9 +197,9 @@ def ring_backward(do, q, k, v, out, lse, causal: bool, layout: str, scale: float
         for i, j, diagonal in piece_pairs(rank, source, world, layout, causal):
             grads = block_backward(do_pieces[i], q_pieces[i], k_pieces[j], v_pieces[j], out_pieces[i],
                                    lse_pieces[i], diagonal, scale, use_kernels)
-            dq[i] += grads[0].to(acc)
-            dk_pieces[j].add_(grads[1].to(acc))
-            dv_pieces[j].add_(grads[2].to(acc))
+            dq[i].add_(grads[0])  # into fp32 without a converted copy
+            dk_pieces[j].add_(grads[1])
+            dv_pieces[j].add_(grads[2])
         # The chunk's dK and dV from the ranks before arrived while this step computed: add them, and send the
         # sum on, to arrive while the next rank computes. After the last step the send brings them home.
         if travelling is not None:

@@ -7,17 +7,18 @@ from book.bench import by_name
 from book.bench import ring as bench
 
 
-def _row(n, causal, layout, forward, no_overlap, training, one_gpu, send=1.0):
+def _row(n, causal, layout, forward, no_overlap, training, one_gpu, send=1.0, saved=(0.4, 0.5, 0.6)):
     return {"kind": "ring", "N": n, "heads": 32, "kv_heads": 8, "causal": causal, "layout": layout, "world": 2,
             "dtype": "bfloat16", "forward_ms": forward, "forward_no_overlap_ms": no_overlap, "training_ms": training,
             "training_no_overlap_ms": training * 1.2, "send_ms": send, "one_gpu_forward_ms": one_gpu,
+            "forward_saved_turns_ms": list(saved), "training_saved_turns_ms": [3 * t for t in saved],
             "one_gpu_training_ms": one_gpu * 3,
             "ulysses_forward_ms": forward * 0.8 if layout == "contiguous" else None,
             "ulysses_training_ms": training * 1.25 if layout == "contiguous" else None}
 
 
 RESULT = {"rows": [_row(32768, False, "contiguous", 10.0, 10.5, 30.0, 18.0),
-                   _row(32768, True, "zigzag", 6.0, 7.0, 18.0, 10.0, send=2.0)]}
+                   _row(32768, True, "zigzag", 6.0, 7.0, 18.0, 10.0, send=2.0, saved=(0.0, 1.0, 3.0))]}
 
 
 def test_forward_table_sets_the_ring_against_one_gpu_and_without_overlap():
@@ -27,20 +28,26 @@ def test_forward_table_sets_the_ring_against_one_gpu_and_without_overlap():
     assert "| 32,768 | 32/8 | yes | zigzag | 6.00 | 733 | 10.00 | 1.67× | 7.00 | 1.17× |" in text
 
 
-def test_hidden_share_is_the_time_saved_over_the_sends_alone():
+def test_hidden_share_is_the_time_saved_per_turn_over_the_sends_alone():
     text = bench.hidden(RESULT)
-    assert "N = 32,768, 32/8, non-causal: 50%" in text  # 0.5 ms saved of 1 ms of sends
-    assert "N = 32,768, 32/8, causal, zigzag: 50%" in text  # 1 of 2
+    # forward: one 1 ms send, 0.5 ms saved (median of turns), range 0.2 ms: 50% hidden; training: 6 sends of 1 ms
+    # in 36 ms without overlap, 1.5 ms saved
+    assert "| 32,768 | 32/8 | no | 9.5% | 0.50 (0.40 to 0.60) | 50% | 16.7% | 1.50 (1.20 to 1.80) | 25% |" in text
+    # causal, zigzag: 2 ms sends; the forward's turns range over 3 ms, more than the sends: not a share
+    assert "| yes | 28.6% | 1.00 (0.00 to 3.00) | below the noise | 55.6% | 3.00 (0.00 to 9.00) | 25% |" in text
 
 
 def test_training_table_counts_three_and_a_half_forwards():
     assert "| 32,768 | 32/8 | no | contiguous | 30.00 | 1026 | 54.00 | 1.80× | 1.20× |" in bench.training_table(RESULT)
 
 
-def test_all_to_all_table_sets_the_ring_against_ulysses_on_the_contiguous_layout_only():
-    text = bench.all_to_all_table(RESULT)
-    assert "| 32,768 | 32/8 | no | 10.00 | 8.00 | 1.25× | 30.00 | 37.50 | 0.80× |" in text
-    assert "zigzag" not in text.split("\n\n")[0] and text.count("| 32,768 |") == 1
+def test_all_to_all_table_sets_ulysses_against_the_rings_layout_for_the_mask():
+    causal_contiguous = _row(32768, True, "contiguous", 8.0, 8.5, 24.0, 10.0)
+    text = bench.all_to_all_table({"rows": RESULT["rows"] + [causal_contiguous]})
+    assert "| 32,768 | 32/8 | no | contiguous | 10.00 | 8.00 | 1.25× | 30.00 | 37.50 | 0.80× |" in text
+    # causal: the all-to-all was timed on the contiguous row (6.4 ms forward), the ring's zigzag row takes 6 ms
+    assert "| 32,768 | 32/8 | yes | zigzag | 6.00 | 6.40 | 0.94× | 18.00 | 30.00 | 0.60× |" in text
+    assert text.count("| 32,768 |") == 2
 
 
 def test_projection_keeps_the_tokens_per_gpu_and_the_slowest_hop_sets_each_step():
@@ -70,6 +77,7 @@ def test_the_measurement_runs_end_to_end_on_two_cpu_processes():
     assert len(rows) == 2 * len(bench.CASES)
     assert all(r["forward_ms"] > 0 and r["training_no_overlap_ms"] > 0 and r["one_gpu_forward_ms"] > 0 for r in rows)
     assert all(r["error"] < 1e-5 for r in rows if r["N"] == 16)  # checked at the smallest length only
+    assert all(len(r["forward_saved_turns_ms"]) == len(r["training_saved_turns_ms"]) == bench.REPEATS for r in rows)
     contiguous = [r for r in rows if r["layout"] == "contiguous"]
     assert all(r["ulysses_training_ms"] > 0 for r in contiguous)
     assert all(r["ulysses_error"] < 1e-5 for r in contiguous if r["N"] == 16)

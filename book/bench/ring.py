@@ -4,11 +4,12 @@ the all-to-all alternative (Ulysses).
 One sequence of N tokens, batch 1, head dim 128, bf16, split over WORLD GPUs; heads 32/8 (Llama-3.1-8B) and 32/32.
 Per row (N, heads, causal, layout): the ring's forward and its forward + backward, each with the sends overlapped
 with the blocks (as kernels/ring_attention.py runs it) and without (each send waited for before the step's
-blocks); the same attention of the whole sequence on one GPU (chapter 9's forward, chapter 11's backward), where
-it fits; the time of one ring step's sends of K and V alone; and, on the contiguous layout (the only one it takes),
-the all-to-all attention of kernels/ulysses_attention.py, forward and forward + backward. Every timing is the
-slowest rank's, the median of REPEATS calls after warm-up, each call started after a barrier (plain calls: NCCL's
-sends are not captured in CUDA graphs here).
+blocks), the two timed in alternating turns; the same attention of the whole sequence on one GPU (chapter 9's
+forward, chapter 11's backward), where it fits; the time of one ring step's sends of K and V alone; and, on the
+contiguous layout (the only one it takes), the all-to-all attention of kernels/ulysses_attention.py, forward and
+forward + backward. Every timing is the slowest rank's, the median of REPEATS calls after warm-up (LARGE_REPEATS
+from LARGE tokens), each call started after a barrier (plain calls: NCCL's sends are not captured in CUDA graphs
+here).
 
 Before timing, at the smallest N, each rank's share of the ring's (and the all-to-all's) output is compared with
 the one-GPU output.
@@ -28,12 +29,14 @@ from book import render
 from book.bench.registry import Benchmark, BenchmarkSkipped, Progress
 
 WORLD = 2
-SIZES = [32768, 65536, 131072, 262144]  # tokens in the whole sequence
+# tokens in the whole sequence; at 8K the sends are a larger share of a step, so what overlapping hides shows
+SIZES = [8192, 32768, 65536, 131072, 262144]
 HEADS = [(32, 8), (32, 32)]
 HEAD_DIM = 128
 DTYPE = "bfloat16"
 CASES = [(False, "contiguous"), (True, "contiguous"), (True, "zigzag")]  # (causal, layout)
 WARMUP, REPEATS = 2, 7
+LARGE, LARGE_REPEATS = 131072, 5  # tokens from which each timing is one warm-up and LARGE_REPEATS calls (minutes a row)
 ONE_GPU_MAX = 262144  # tokens: longer ones not timed on one GPU (a causal 1M training step: about a minute by count)
 LONG = 524288  # tokens: from here on only the training step with overlap is timed, LONG_REPEATS times after a warm-up
 LONG_REPEATS = 3
@@ -142,15 +145,16 @@ def _row(n, heads, kv_heads, causal, layout, config, device) -> dict:
         out = ulysses.attention(*leaves, causal=causal, use_kernels=use_kernels)
         return torch.autograd.grad(out, leaves, mine[3])
 
-    timed = {"forward_ms": lambda: forward(True), "forward_no_overlap_ms": lambda: forward(False),
-             "training_ms": lambda: training(True), "training_no_overlap_ms": lambda: training(False),
-             "send_ms": lambda: ring._pass_on((mine[1], mine[2]), None, WORLD, rank)()}
+    # with and without overlap, timed in alternating turns: their difference per turn is what overlapping saves
+    paired = {"forward": (lambda: forward(True), lambda: forward(False)),
+              "training": (lambda: training(True), lambda: training(False))}
+    timed = {"send_ms": lambda: ring._pass_on((mine[1], mine[2]), None, WORLD, rank)()}
     if layout == "contiguous":
         timed |= {"ulysses_forward_ms": all_to_all_forward, "ulysses_training_ms": all_to_all_training}
-    repeats = REPEATS
+    repeats = _repeats(n)
     long, one_gpu_max = config.get("long", LONG), config.get("one_gpu_max", ONE_GPU_MAX)  # the processes' own copies
     if n >= long:  # a long sequence: the training step alone, a few times
-        timed, repeats = {"training_ms": timed["training_ms"]}, LONG_REPEATS
+        paired, timed, repeats = {}, {"training_ms": lambda: training(True)}, LONG_REPEATS
     whole_forward, whole_training = _one_gpu(q, k, v, do, causal, use_kernels)
     if n == min(config["sizes"]) and n < long:
         expected = ring.shard(whole_forward(), rank, WORLD, layout)
@@ -158,13 +162,21 @@ def _row(n, heads, kv_heads, causal, layout, config, device) -> dict:
             if name == "error" or layout == "contiguous":
                 row[name] = ((fn().float() - expected.float()).norm() / expected.norm()).item()
                 assert row[name] < RTOL, f"{name} {row[name]:.1e} at {row}"
+    for what, (with_overlap, without_overlap) in paired.items():
+        turns = _paired_turns_ms(with_overlap, without_overlap, device, repeats)
+        row[f"{what}_ms"] = statistics.median(first for first, _ in turns)
+        row[f"{what}_no_overlap_ms"] = statistics.median(second for _, second in turns)
+        row[f"{what}_saved_turns_ms"] = [second - first for first, second in turns]
+        if rank == 0:  # a long row shows where it is
+            print(f"    {what} {row[f'{what}_ms']:.2f} ms, without overlap {row[f'{what}_no_overlap_ms']:.2f}",
+                  flush=True)
     for name, fn in timed.items():
         row[name] = _slowest_rank_ms(fn, device, repeats)
-        if rank == 0:  # a long row shows where it is
+        if rank == 0:
             print(f"    {name} {row[name]:.2f} ms", flush=True)
     if rank == 0 and n <= one_gpu_max:  # the whole sequence on one GPU, timed alone
-        row["one_gpu_forward_ms"] = _ms(whole_forward, device)
-        row["one_gpu_training_ms"] = _ms(whole_training, device)
+        row["one_gpu_forward_ms"] = _ms(whole_forward, device, repeats)
+        row["one_gpu_training_ms"] = _ms(whole_training, device, repeats)
     dist.barrier()
     return row
 
@@ -211,7 +223,7 @@ def _context_parallel_row(n, heads, kv_heads, causal, config, device) -> dict:
                     if row[f"{key}_error"] >= RTOL:  # recorded, not timed
                         raise ValueError(f"wrong output: relative error {row[f'{key}_error']:.1e} against SDPA "
                                          "on one GPU")
-                    times = _sdpa_steps_ms(*buffers[:4], causal, device)
+                    times = _sdpa_steps_ms(*buffers[:4], causal, device, _repeats(n))
             row[f"{key}_forward_ms"], row[f"{key}_training_ms"] = times
         except (RuntimeError, NotImplementedError, ValueError) as error:
             row[f"{key}_refused"] = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
@@ -224,10 +236,10 @@ def _context_parallel_row(n, heads, kv_heads, causal, config, device) -> dict:
     return row
 
 
-def _sdpa_steps_ms(q, k, v, do, causal: bool, device) -> tuple[float, float]:
+def _sdpa_steps_ms(q, k, v, do, causal: bool, device, repeats: int) -> tuple[float, float]:
     """The slowest rank's forward and training step of SDPA on these tensors (inside context_parallel: its shards)."""
     forward, training = _one_gpu(q, k, v, do, causal, use_kernels=False)
-    return _slowest_rank_ms(forward, device), _slowest_rank_ms(training, device)
+    return _slowest_rank_ms(forward, device, repeats), _slowest_rank_ms(training, device, repeats)
 
 
 def _one_gpu(q, k, v, do, causal, use_kernels):
@@ -260,28 +272,52 @@ def _one_gpu(q, k, v, do, causal, use_kernels):
     return forward, training
 
 
-def _ms(fn, device) -> float:
+def _repeats(n: int) -> int:
+    return LARGE_REPEATS if n >= LARGE else REPEATS
+
+
+def _warmup(repeats: int) -> int:
+    """One warm-up call for a few repeats, WARMUP otherwise."""
+    return 1 if repeats < REPEATS else WARMUP
+
+
+def _ms(fn, device, repeats: int = REPEATS) -> float:
     """Median milliseconds of fn on this device after warm-up (CUDA events on a GPU, the clock on a CPU)."""
-    times = [_ms_once(fn, device) for _ in range(WARMUP + REPEATS)]
-    return statistics.median(times[WARMUP:])
+    warmup = _warmup(repeats)
+    times = [_ms_once(fn, device) for _ in range(warmup + repeats)]
+    return statistics.median(times[warmup:])
 
 
 def _slowest_rank_ms(fn, device, repeats: int = REPEATS) -> float:
-    """Median over calls of the slowest rank's time: every rank times each call after a barrier, then the ranks
-    keep the largest of their times (one warm-up call for a few repeats, WARMUP otherwise)."""
+    """Median over calls of the slowest rank's time."""
+    warmup = _warmup(repeats)
+    return statistics.median([_slowest_once_ms(fn, device) for _ in range(warmup + repeats)][warmup:])
+
+
+def _paired_turns_ms(first, second, device, repeats: int) -> list[tuple[float, float]]:
+    """The slowest rank's times of two functions, (first, second) per turn, after warm-up; which runs first
+    alternates from turn to turn, so a drift of the clocks falls on both."""
+    turns = []
+    for i in range(_warmup(repeats) + repeats):
+        if i % 2 == 0:
+            a = _slowest_once_ms(first, device)
+            turns.append((a, _slowest_once_ms(second, device)))
+        else:
+            b = _slowest_once_ms(second, device)
+            turns.append((_slowest_once_ms(first, device), b))
+    return turns[_warmup(repeats):]
+
+
+def _slowest_once_ms(fn, device) -> float:
+    """One call's time on the slowest rank: every rank times the call after a barrier, then the ranks keep the
+    largest of their times."""
     import torch
     import torch.distributed as dist
 
-    times = []
-    warmup = 1 if repeats < REPEATS else WARMUP
-    for i in range(warmup + repeats):
-        dist.barrier()
-        elapsed = _ms_once(fn, device)
-        slowest = torch.tensor([elapsed], dtype=torch.float64, device=device)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        if i >= warmup:
-            times.append(slowest.item())
-    return statistics.median(times)
+    dist.barrier()
+    slowest = torch.tensor([_ms_once(fn, device)], dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return slowest.item()
 
 
 def _ms_once(fn, device) -> float:
@@ -360,16 +396,21 @@ def training_table(result: dict) -> str:
 
 
 def all_to_all_table(result: dict) -> str:
-    rows = [r for r in _rows(result) if r.get("ulysses_forward_ms") is not None]
-    body = [[f"{r['N']:,}", f"{r['heads']}/{r['kv_heads']}", "yes" if r["causal"] else "no",
-             _fmt(r["forward_ms"]), _fmt(r["ulysses_forward_ms"]), f"{r['forward_ms'] / r['ulysses_forward_ms']:.2f}×",
-             _fmt(r["training_ms"]), _fmt(r["ulysses_training_ms"]),
-             f"{r['training_ms'] / r['ulysses_training_ms']:.2f}×"] for r in rows]
-    headers = ["N", "heads q/kv", "causal", "ring forward ms", "all-to-all forward ms", "ring / all-to-all",
-               "ring training ms", "all-to-all training ms", "ring / all-to-all"]
+    """The all-to-all (timed on the contiguous rows, the only layout it takes) against the ring's layout for the
+    mask: zigzag where causal (where it was timed), contiguous otherwise."""
+    body = []
+    for r in (r for r in _rows(result) if r.get("ulysses_forward_ms") is not None):
+        ring = _ring_for(result, r) or r
+        body.append([f"{r['N']:,}", f"{r['heads']}/{r['kv_heads']}", "yes" if r["causal"] else "no", ring["layout"],
+                     _fmt(ring["forward_ms"]), _fmt(r["ulysses_forward_ms"]),
+                     f"{ring['forward_ms'] / r['ulysses_forward_ms']:.2f}×", _fmt(ring["training_ms"]),
+                     _fmt(r["ulysses_training_ms"]), f"{ring['training_ms'] / r['ulysses_training_ms']:.2f}×"])
+    headers = ["N", "heads q/kv", "causal", "ring layout", "ring forward ms", "all-to-all forward ms",
+               "ring / all-to-all", "ring training ms", "all-to-all training ms", "ring / all-to-all"]
     return render.table(headers, body) + (
-        f"\n\nThe ring (contiguous layout, sends overlapped) against the all-to-all (kernels/ulysses_attention.py) on "
-        f"the same {WORLD} GPUs and chunks, the slowest rank's time; above 1.0× the all-to-all is faster.")
+        f"\n\nThe ring (sends overlapped; zigzag where causal) against the all-to-all (kernels/ulysses_attention.py, "
+        f"which takes the contiguous layout) on the same {WORLD} GPUs, the slowest rank's time; above 1.0× the "
+        "all-to-all is faster.")
 
 
 def step_model(row: dict) -> dict:
@@ -380,8 +421,8 @@ def step_model(row: dict) -> dict:
     world size. Without overlap the forward waits for (world - 1) K/V sends; the training step for those, (world -
     1) more in the backward, and world sends of dK and dV in fp32 (twice K and V's bytes)."""
     world, send = row["world"], row["send_ms"]
-    forward = (row["forward_no_overlap_ms"] - (world - 1) * send) / world
-    training = (row["training_no_overlap_ms"] - (2 * (world - 1) + 2 * world) * send) / world
+    forward = (row["forward_no_overlap_ms"] - _sends_ms(row, "forward")) / world
+    training = (row["training_no_overlap_ms"] - _sends_ms(row, "training")) / world
     chunk_bytes = 2 * (row["N"] // world) * row["kv_heads"] * HEAD_DIM * 2  # K and V, bf16
     return {"forward_ms": forward, "training_ms": training, "send_ms": send,
             "link_bytes_per_s": chunk_bytes / (send * 1e-3), "chunk_bytes": chunk_bytes}
@@ -486,18 +527,40 @@ def long_sentence(result: dict) -> str:
 
 
 def hidden(result: dict) -> str:
-    """How much of the sending the overlap hides: the time saved over the time the sends take alone."""
-    parts = []
-    for r in _rows(result):
-        sends = (r["world"] - 1) * r["send_ms"]
-        if sends > 0:
-            share = (r["forward_no_overlap_ms"] - r["forward_ms"]) / sends
-            mask = f"causal, {r['layout']}" if r["causal"] else "non-causal"
-            parts.append(f"N = {r['N']:,}, {r['heads']}/{r['kv_heads']}, {mask}: {share:.0%}")
-    if not parts:
-        return "This run did not time the sends."
-    return ("Share of the forward's sends (one K/V send per step, timed alone) that overlapping hides: "
-            + "; ".join(parts) + ".")
+    """How much of the sending the overlap hides: per turn, the time without overlap less the time with it, over
+    the time the same sends take alone."""
+    rows = [r for r in _rows(result) if "forward_saved_turns_ms" in r and (r["layout"] == "zigzag") == r["causal"]]
+    if not rows:
+        return "This run did not time the ring with and without overlap in turns."
+    body = []
+    for r in rows:
+        cells = []
+        for what in ("forward", "training"):
+            sends, saved = _sends_ms(r, what), r[f"{what}_saved_turns_ms"]
+            spread = max(saved) - min(saved)
+            cells += [f"{sends / r[f'{what}_no_overlap_ms']:.1%}",
+                      f"{statistics.median(saved):.2f} ({min(saved):.2f} to {max(saved):.2f})",
+                      f"{statistics.median(saved) / sends:.0%}" if spread <= sends else "below the noise"]
+        body.append([f"{r['N']:,}", f"{r['heads']}/{r['kv_heads']}", "yes" if r["causal"] else "no", *cells])
+    headers = ["N", "heads q/kv", "causal"] + [
+        h for what in ("forward", "training")
+        for h in (f"{what}: sends alone / step", f"{what}: saved ms (turns' range)", f"{what}: hidden")]
+    return render.table(headers, body) + (
+        "\n\nThe ring with its sends overlapped and without (each send waited for before the step's blocks), timed "
+        "in alternating turns; saved: the time without overlap less the time with it, median over turns. Sends "
+        "alone: one K/V send timed by itself, times the sends of a step (the forward's one per step after the "
+        "first; the training step's also those of the backward and the dK/dV sends in fp32). Hidden: saved over "
+        "sends alone, shown only where the turns' range is narrower than the sends themselves; elsewhere the "
+        "sends are too small a share of the step to measure what overlapping hides. The zigzag layout where causal, "
+        "contiguous otherwise.")
+
+
+def _sends_ms(row: dict, what: str) -> float:
+    """The time the sends of one forward (or training step) take alone, in one-chunk sends of K and V: (world - 1)
+    in the forward; in the training step as many again in the backward, and world sends of dK and dV in fp32
+    (twice K and V's bytes each)."""
+    world = row["world"]
+    return (world - 1 if what == "forward" else 2 * (world - 1) + 2 * world) * row["send_ms"]
 
 
 BENCHMARK = Benchmark(
@@ -512,10 +575,10 @@ BENCHMARK = Benchmark(
     views={"forward": forward_table, "training": training_table, "all-to-all": all_to_all_table, "hidden": hidden,
            "projection": projection, "context-parallel": context_parallel_table, "long": long_sentence},
     awaiting_gpu="issue 53: needs two GPUs of one host (nvidia-h200-x2)",
-    # By count, a 256K-token row takes about two minutes (one-GPU training ~3.5 s a call, 9 calls a timing), and
-    # the first part also compiles every kernel: on 2026-11-29 a part of 32K-128K (18 rows) on a fresh machine did
-    # not finish within 320 s. So the parts are small, each its own ten-minute command.
-    parts=[{"SIZES": [32768]}, {"SIZES": [65536]}, {"SIZES": [131072]}, {"SIZES": [262144], "HEADS": [(32, 8)]},
+    # Each part fits one ten-minute command. On two H200s on 2026-11-29, at 9 calls a timing at every size, the
+    # parts took 81 s (the first, compiles included, 32K only), 74, 227, 442, (5 not run), 136, 388 and 138 s;
+    # timings from LARGE tokens now take 6 calls.
+    parts=[{"SIZES": [8192, 32768]}, {"SIZES": [65536]}, {"SIZES": [131072]}, {"SIZES": [262144], "HEADS": [(32, 8)]},
            {"SIZES": [262144], "HEADS": [(32, 32)]},
            # PyTorch's context parallelism at the same shapes (one row per causal mask), then the 1M-token step
            {"CONTEXT_PARALLEL": True, "SIZES": [32768, 131072], "CASES": [(False, "contiguous"), (True, "zigzag")]},

@@ -1,7 +1,9 @@
 # Chapter 14: chapter 10's small model trained with every sequence split over two ranks (ring attention, zigzag
 # layout), against the same training in one process from the same seed. On a CPU the ranks are two processes over
 # gloo and the model is tiny; with --gpu, two GPUs over NCCL, the book's kernels and bf16 (kept out of the page's
-# output). Run: python snippets/ch14/train_two_ranks.py [--gpu]
+# output). Run: python snippets/ch14/train_two_ranks.py [--gpu] [--losses FILE]
+import dataclasses
+import json
 import os
 import sys
 import tempfile
@@ -113,3 +115,7 @@ if __name__ == "__main__":
     print("the loss went down:", split[-1] < split[0])
     if GPU:
         print(f"largest difference {gap:.2e}; first and last loss {split[0]:.4f} -> {split[-1]:.4f}")
+    if "--losses" in sys.argv:  # both runs' losses, for the benchmark that records this run (book/bench)
+        record = {"split": split, "whole": whole, "tolerance": TOLERANCE, "world": WORLD, "layout": LAYOUT,
+                  "lr": LR, "config": dataclasses.asdict(CONFIG)}
+        Path(sys.argv[sys.argv.index("--losses") + 1]).write_text(json.dumps(record))
