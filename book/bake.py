@@ -137,15 +137,17 @@ def transform(markdown: str, src_uri: str, rendered: Rendered, notebook: str | N
     def replace(match: re.Match) -> str:
         return textwrap.indent(view(match), match["indent"])
 
-    def once(body: str) -> str:
-        """The body with its provenance line, or a short pointer to it where the page has already shown it."""
+    def once(body: str, benchmark: str) -> str:
+        """The body with its provenance line, or a short pointer to it where the page has already shown it (naming
+        the benchmark: a page can show several runs, and the nearest line above may be another's)."""
         found = PROVENANCE.search(body)
         if found is None:
             return body
         if found[0] not in said:
             said.add(found[0])
             return body
-        return body[:found.start()] + f'<p class="provenance">The same run as above ({found["gpu"]}).</p>'
+        return body[:found.start()] + (f'<p class="provenance">The same run of <code>{benchmark}</code> as above '
+                                       f'({found["gpu"]}).</p>')
 
     def view(match: re.Match) -> str:
         bodies = rendered.views.get((match["benchmark"], match["view"]), [])
@@ -155,7 +157,7 @@ def transform(markdown: str, src_uri: str, rendered: Rendered, notebook: str | N
                 '!!! note "No measurements yet"\n\n'
                 f"    `{match['benchmark']}` has no results file. Run `make bench` on a GPU machine.\n"
             )
-        filled = [(gpu, once(body.replace("{figures}", figures_dir))) for gpu, body in bodies]
+        filled = [(gpu, once(body.replace("{figures}", figures_dir), match["benchmark"])) for gpu, body in bodies]
         if len(filled) == 1:
             return filled[0][1]
         # `===!` starts a new tab set, so two views in a row do not merge into one set of tabs.

@@ -36,6 +36,6 @@ def test_a_provenance_line_the_page_has_shown_becomes_a_pointer():
     page = "<!-- results: bench table -->\n\n<!-- results: bench plot -->\n\n<!-- results: bench table -->\n"
     out = bake.transform(page, "chapters/01-x.md", rendered, None, "https://github.com/o/r")
     assert out.count("Measured on NVIDIA H200") == 1
-    assert out.count('<p class="provenance">The same run as above (NVIDIA H200).</p>') == 2
+    assert out.count('<p class="provenance">The same run of <code>bench</code> as above (NVIDIA H200).</p>') == 2
     other = bake.transform("<!-- results: bench plot -->\n", "chapters/02-y.md", rendered, None, "https://x")
     assert "Measured on NVIDIA H200" in other  # each page says it once

@@ -62,14 +62,16 @@ def test_a_second_gpu_gets_its_own_tab_in_every_view(tmp_path):
     # Each run's provenance once in full on the page, then as a pointer to it
     for gpu in (first_gpu, "Test GPU Two"):
         assert html.count(f'class="provenance">Measured on {gpu}') == 1
-        assert html.count(f'class="provenance">The same run as above ({gpu}).') == len(views) - 1
+        assert html.count(f'class="provenance">The same run of <code>vector_add</code> as above ({gpu}).') == len(
+            views) - 1
     # Each tab warns, or shows the archived notice, as its own results file says.
     notices = {"Test GPU Two": render.STALE_TITLE, "Test GPU Three": render.ARCHIVED_TITLE}
     notices.update({names[path.parent.name]: _notice_title(path) for path in MEASURED})
     tabs = html.split('<div class="tabbed-block">')[1:]
     assert len(tabs) == len(views) * len(slugs)
     for tab in tabs:
-        gpu = re.search(r'class="provenance">(?:Measured on (.+?) \(driver|The same run as above \((.+?)\)\.)', tab)
+        gpu = re.search(r'class="provenance">(?:Measured on (.+?) \(driver'
+                        r'|The same run of <code>\w+</code> as above \((.+?)\)\.)', tab)
         gpu = gpu[1] or gpu[2]
         assert (render.STALE_TITLE in tab) == (notices[gpu] == render.STALE_TITLE), gpu
         assert (f'<p class="admonition-title">{render.ARCHIVED_TITLE}</p>' in tab) == (
