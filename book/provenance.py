@@ -10,13 +10,36 @@ import subprocess
 
 from book import ROOT
 
+# A benchmark module's views (the tables, figures and sentences pages show) start at this line and end where the
+# module's BENCHMARK = Benchmark( begins. They format what was measured and change nothing that is measured.
+VIEWS_START = "# Views"
+BENCHMARK_START = "BENCHMARK = Benchmark("
+
+
+def views_section(text: str) -> tuple[int, int] | None:
+    """The lines [start, end) of a benchmark module's views section, or None if it has none."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line == VIEWS_START), None)
+    if start is None:
+        return None
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith(BENCHMARK_START)), None)
+    return None if end is None else (start, end)
+
 
 def source_hash(relative_path: str) -> str:
-    """sha256 of a source file in the repository, or "missing" if it is gone."""
+    """sha256 of a source file in the repository, or "missing" if it is gone. A benchmark module with a views
+    section is hashed without it ("sha256-measured:"): a change to how its results are shown leaves them
+    current, a change to anything else in it makes them stale."""
     path = ROOT / relative_path
     if not path.is_file():
         return "missing"
-    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    data = path.read_bytes()
+    section = views_section(data.decode()) if relative_path.startswith("book/bench/") else None
+    if section is None:
+        return "sha256:" + hashlib.sha256(data).hexdigest()
+    lines = data.decode().splitlines(keepends=True)
+    measured = "".join(lines[:section[0]] + lines[section[1]:])
+    return "sha256-measured:" + hashlib.sha256(measured.encode()).hexdigest()
 
 
 def gpu_slug(gpu_name: str) -> str:

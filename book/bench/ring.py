@@ -350,12 +350,12 @@ def _line(row: dict) -> str:
             f"{_fmt(row.get('one_gpu_forward_ms'))} / {_fmt(row.get('one_gpu_training_ms'))} ms")
 
 
-# ---------------------------------------------------------------------------------------------------
-# Views
-
-
 def _fmt(value, digits: int = 2) -> str | None:
     return None if value is None else f"{value:,.{digits}f}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Views
 
 
 def _rows(result: dict) -> list[dict]:

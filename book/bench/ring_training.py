@@ -36,12 +36,17 @@ def run(progress: Progress) -> list[dict]:
         subprocess.run([sys.executable, str(ROOT / SNIPPET), "--gpu", "--losses", str(record)], check=True,
                        timeout=TIMEOUT_S, env=os.environ | MULTICAST_OFF, cwd=ROOT)
         row = json.loads(record.read_text()) | {"wall_s": time.perf_counter() - started}
-    progress(agreement({"rows": [row]}))
+    progress(f"{len(row['split'])} steps, largest difference between the runs' losses {_gap(row):.2e} "
+             f"(tolerance {row['tolerance']:g}), {row['wall_s']:.0f} s")
     return [row]
 
 
 def _gap(row: dict) -> float:
     return max(abs(a - b) for a, b in zip(row["split"], row["whole"], strict=True))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Views
 
 
 def agreement(result: dict) -> str:
