@@ -31,7 +31,7 @@ def test_target_sentence_computes_what_sixty_percent_allows():
     assert "allows a step of at most 13.33 µs" in text  # 8.0 / 0.6
     assert "11.0 µs more than on the empty one for 32 MiB" in text
     # 8 / (4 + 8), 8 / (2 + 8)
-    assert "would take 12.00 µs, 66.7% of the limit; with one kernel, 10.00 µs, 80.0%." in text
+    assert "would take 12.00 µs, 66.7% of the copy reference; with one kernel, 10.00 µs, 80.0%." in text
 
 
 def test_large_table_takes_the_256_mib_shape_apart():
@@ -59,8 +59,9 @@ def test_layers_table_sets_a_step_alone_beside_a_step_per_layer():
     assert "| 1 | 8,192 | 32 | 8.0 | 4.0 | 2.0 | 20.0 | 12.5 | 22.0 | 16.0 | 40% | 64% | 50% |" in text
     assert "| 64 | 1,024" not in text  # a row without the per-layer timings is left out
     assert "for each of 32 layers" in text and "changed by at most 4.0%" in text  # 13.0 / 12.5
-    assert "our step takes 12.50 µs per layer, 64.0% of the limit (40.0% alone)" in text
-    assert "60% of the limit allows 13.33 µs" in text and "would take 10.00 µs, 80.0% of the limit" in text
+    assert "our step takes 12.50 µs per layer, 64.0% of the copy reference (40.0% alone)" in text
+    assert "60% of the copy reference allows 13.33 µs" in text
+    assert "would take 10.00 µs, 80.0% of the copy reference" in text
     assert "takes 5.00 µs per layer: 3.00 µs of its own fixed cost" in text
     assert bench.layers({"rows": [LARGE]}).startswith("This run did not time")
 
@@ -69,7 +70,7 @@ def test_with_gemms_table_takes_the_gemms_off_each_layer():
     text = bench.with_gemms(RESULT)
     # added: 42 - 30 = 12, 43 - 30 = 13, 45 - 30 = 15; 15 / 12; 8 / 12; back to back 12.5 and 14.0
     assert "| 1 | 8,192 | 8.0 | 30.0 | 12.0 | 13.0 | 15.0 | 1.250 | 67% | 12.5 | 14.0 |" in text
-    assert "our step adds 12.00 µs to a layer, 66.7% of the limit (60% allows 13.33 µs)" in text
+    assert "our step adds 12.00 µs to a layer, 66.7% of the copy reference (60% allows 13.33 µs)" in text
     assert bench.with_gemms({"rows": [LARGE]}).startswith("This run did not time")
 
 

@@ -315,7 +315,7 @@ def _best_peer(row: dict) -> float | None:
 
 
 def table(result: dict) -> str:
-    """Latency and share of the bandwidth limit per row, fp16: the book's kernel, chapter 5's, every backend."""
+    """Latency and share of the copy reference per row, fp16: the book's kernel, chapter 5's, every backend."""
     body = []
     for r in _rows(result, "decode"):
         if r["dtype"] != "float16":
@@ -349,7 +349,7 @@ def targets(result: dict) -> str:
     return (f"At or above the fastest SDPA backend in {beat} of {len(peer)} rows (target: all). At least "
             f"{TARGET_LARGE:.0%} of the copy reference in {large_met} of the {len(large)} rows with at least "
             f"{LARGE_BYTES // MiB} MiB of K and V (target: all). At batch 1 with an 8K context: {small_shares} of the "
-            f"limit (target: {TARGET_SMALL:.0%}).\n\n" + gaps(result))
+            f"copy reference (target: {TARGET_SMALL:.0%}).\n\n" + gaps(result))
 
 
 def gaps(result: dict) -> str:
@@ -448,16 +448,16 @@ def _paged_cell(row: dict) -> str:
 
 
 def copy_sentence(result: dict) -> str:
-    """The three copies the limit comes from."""
+    """The three copies the copy reference comes from."""
     ways = _rows(result, "copy")[0]["ways"]
     names = {"copy_graph": "a copy captured in a CUDA graph", "kernel_graph": "an element-wise kernel in a graph",
              "copy_plain": "a copy called from Python"}
     return ("Copying 2 GiB, counting bytes read and written: " + "; ".join(
-        f"{names[n]} {b / 1e9:,.0f} GB/s" for n, b in ways.items()) + ". The limit uses the fastest.")
+        f"{names[n]} {b / 1e9:,.0f} GB/s" for n, b in ways.items()) + ". The copy reference is the fastest.")
 
 
 def plot(result: dict):
-    """Share of the bandwidth limit against context, fp16, 32 query heads on 8 KV heads, one line per batch."""
+    """Share of the copy reference against context, fp16, 32 query heads on 8 KV heads, one line per batch."""
     series = {}
     for batch in BATCHES:
         for name in ("ours", "sdpa_flash", "sdpa_cudnn"):

@@ -171,7 +171,7 @@ def _against_datasheet(result: dict, rows: list[dict]) -> str:
 
 
 def plot(result: dict):
-    """Share of the limit against the split count at one shape, one line per tile, cuDNN as a level line."""
+    """Share of the copy reference against the split count at one shape, one line per tile, cuDNN as a level line."""
     r = next(r for r in _searches(result) if (r["batch"], r["context"]) == PLOTTED)
     configs, series = _configs(result, r), {}
     for n, st in dict.fromkeys((c["block_n"], c["stages"]) for c in configs):

@@ -1,5 +1,6 @@
-# Chapter 13: the share of its limit that a decode step reaches when it pays a fixed time on top of its reading.
-# The model: the step takes F + B / R for B bytes of K and V read at the copy's rate R, and its limit is B / R.
+# Chapter 13: the share of its copy reference that a decode step reaches when it pays a fixed time on top of its
+# reading. The model: the step takes F + B / R for B bytes of K and V read at the copy's rate R, and its copy
+# reference (the time a copy takes to move the same bytes) is B / R.
 # Run: python snippets/ch13/fixed_cost.py
 MiB = 2**20
 rate = 4.8e12  # bytes per second: the H200's memory bandwidth (datasheet), standing in for the copy's rate
