@@ -333,8 +333,9 @@ def table(result: dict) -> str:
         "\n\nMicroseconds per decode step, fp16, head dim 128, from CUDA graphs taken in turns, the L2 cache cleared "
         "by reading before each call; plain calls are timed by do_bench, which clears it by writing. The copy "
         "reference is the bytes of K and V over the copy bandwidth measured in the same run. — means the backend "
-        "refused. The last column is above 1 where the book's kernel is faster. The bf16 rows are not shown; the "
-        "lines above the table count both dtypes.")
+        "refused. ch. 5: chapter 5's kernel; FA2, mem-eff., cuDNN and math: SDPA's FlashAttention-2, "
+        "memory-efficient, cuDNN and math backends. The last column is above 1 where the book's kernel is faster. "
+        "The bf16 rows are not shown; the lines above the table count both dtypes.")
 
 
 def targets(result: dict) -> str:

@@ -355,9 +355,10 @@ def graphs_table(result: dict) -> str:
                "fastest SDPA / ours"]
     return render.table(headers, body) + (
         "\n\nMicroseconds per decode step (one new token per sequence, bf16), replayed from CUDA graphs and taken in "
-        "turns, the L2 cache cleared before each call. Ours is a Decoder's call (planned once). — means the backend "
-        "refused the shapes, ran out of memory or was out of tolerance. The last column is above 1 where ours is "
-        "faster.")
+        "turns, the L2 cache cleared by writing before each call (the grid of the decode tables clears it by "
+        "reading). Ours is a Decoder's call (planned once). FA2 and mem-eff.: SDPA's FlashAttention-2 and "
+        "memory-efficient backends. — means the backend refused the shapes, ran out of memory or was out of "
+        "tolerance. The last column is above 1 where ours is faster.")
 
 
 def plain_table(result: dict) -> str:
