@@ -411,7 +411,8 @@ def steps_table(result: dict) -> str:
 
 
 def step_deltas(result: dict) -> str:
-    """Each step's measured change against the last kept step before it."""
+    """Each step's measured change against the last kept step before it, from unrounded TFLOP/s (a ratio of the
+    rounded figures in the table can differ in its last digit)."""
     by = {(r["step"], r["head_dim"], r["causal"]): r for r in _rows(result, "step")}
     lines, base = [], STEPS[0]
     for step in STEPS[1:]:
@@ -421,7 +422,7 @@ def step_deltas(result: dict) -> str:
             if now is None or now["tflops"] is None:
                 parts.append(f"{_label(d, c)}: did not run ({now['error'] if now else 'not measured'})")
             else:
-                parts.append(f"{_label(d, c)} {now['tflops'] / before['tflops'] - 1:+.0%}")
+                parts.append(f"{_label(d, c)} {now['tflops'] / before['tflops'] - 1:+.1%}")
         lines.append(f"- **{step.title}** (against *{base.title}*): {'; '.join(parts)}.")
         if step.kept:
             base = step
@@ -580,7 +581,8 @@ def versus_readable(result: dict) -> str:
     ratios = [r["fast_backward"] / r["readable_backward"] for r in _rows(result, "speed")
               if r["fast_backward"] and r["readable_backward"]]
     return (f"Against chapter 10's kernels, measured in the same turns, the fast backward is "
-            f"{min(ratios):.2f}× to {max(ratios):.2f}× as fast over all {len(ratios)} rows.")
+            f"{min(ratios):.2f}× to {max(ratios):.2f}× as fast over all {len(ratios)} rows (ratios of unrounded "
+            f"times).")
 
 
 def checks(result: dict) -> str:
