@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
 import hashlib
 import os
@@ -26,19 +27,36 @@ def views_section(text: str) -> tuple[int, int] | None:
     return None if end is None else (start, end)
 
 
+def views_argument(text: str) -> tuple[int, int] | None:
+    """The lines [start, end) of the `views=` argument of a module's BENCHMARK = Benchmark(...), where it stands on
+    lines of its own (nothing else before it on its first line, at most a comma after it on its last), or None."""
+    for node in ast.parse(text).body:
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and any(isinstance(t, ast.Name) and t.id == "BENCHMARK" for t in node.targets)):
+            continue
+        lines = text.splitlines()
+        for keyword in node.value.keywords:
+            if keyword.arg == "views" and not lines[keyword.lineno - 1][:keyword.col_offset].strip() \
+                    and lines[keyword.end_lineno - 1][keyword.end_col_offset:].strip() in ("", ","):
+                return keyword.lineno - 1, keyword.end_lineno
+    return None
+
+
 def source_hash(relative_path: str) -> str:
     """sha256 of a source file in the repository, or "missing" if it is gone. A benchmark module with a views
-    section is hashed without it ("sha256-measured:"): a change to how its results are shown leaves them
-    current, a change to anything else in it makes them stale."""
+    section is hashed without it and without the lines of BENCHMARK's `views=` argument ("sha256-measured:"): a
+    change to how its results are shown, or to which views it has, leaves them current; a change to anything
+    else in it makes them stale."""
     path = ROOT / relative_path
     if not path.is_file():
         return "missing"
     data = path.read_bytes()
-    section = views_section(data.decode()) if relative_path.startswith("book/bench/") else None
+    text = data.decode()
+    section = views_section(text) if relative_path.startswith("book/bench/") else None
     if section is None:
         return "sha256:" + hashlib.sha256(data).hexdigest()
-    lines = data.decode().splitlines(keepends=True)
-    measured = "".join(lines[:section[0]] + lines[section[1]:])
+    left_out = set(range(*section)) | set(range(*(views_argument(text) or (0, 0))))
+    measured = "".join(line for i, line in enumerate(text.splitlines(keepends=True)) if i not in left_out)
     return "sha256-measured:" + hashlib.sha256(measured.encode()).hexdigest()
 
 

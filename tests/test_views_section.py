@@ -63,7 +63,14 @@ def test_the_views_section_is_left_out_of_the_hash(tmp_path, monkeypatch):
     path.write_text(module.replace("return 1", "return 2"))
     assert source_hash("book/bench/b.py") != first
     path.write_text(module.replace("views={'table': table}", "views={'t': table}"))
-    assert source_hash("book/bench/b.py") != first  # BENCHMARK is hashed whole
+    assert source_hash("book/bench/b.py") != first  # a views= argument that shares its line is hashed with it
+    own_line = module.replace("run=run, views={'table': table})", "run=run,\n    views={'table': table},\n)")
+    path.write_text(own_line)
+    on_its_own = source_hash("book/bench/b.py")
+    path.write_text(own_line.replace("views={'table': table}", "views={'table': table, 't': table}"))
+    assert source_hash("book/bench/b.py") == on_its_own  # on lines of its own it is left out, as the views are
+    path.write_text(own_line.replace("run=run,", "run=lambda: 3,"))
+    assert source_hash("book/bench/b.py") != on_its_own
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "k.py").write_text(module)  # only benchmark modules have a views section
     assert source_hash("kernels/k.py").startswith("sha256:")
