@@ -76,3 +76,26 @@ def test_ratio_noise_takes_the_spread_of_each_step_against_its_baseline_over_rep
     assert f"Each column's turns ran {bench.STEP_REPEATS} times." in text
     assert "D=64 non-causal: up to 2.0% (median 0.0%)" in text  # 1.111 / 1.089 - 1; every other pair is flat
     assert bench.ratio_noise({"rows": []}) == "This run did not repeat the worklog's turns."
+
+
+def _step(key, d, causal, repeats):
+    return {"kind": "step", "step": key, "head_dim": d, "causal": causal, "N": 4096,
+            "tflops": sorted(repeats)[len(repeats) // 2], "tflops_repeats": repeats}
+
+
+def test_one_steps_view_sets_it_against_the_last_kept_step_and_the_columns_noise_bound():
+    keys = [s.key for s in bench.STEPS]
+    tried = next(i for i, s in enumerate(bench.STEPS) if not s.kept)  # step 4, the ablation: not kept
+    before, after = bench.STEPS[tried - 1].key, bench.STEPS[tried + 1].key
+    rows = []
+    for d, causal in bench.SHAPES:
+        rows += [_step(before, d, causal, [100.0, 100.0, 100.0]), _step(keys[tried], d, causal, [90.0, 91.0, 92.0]),
+                 _step(after, d, causal, [101.0, 101.0, 101.0])]
+    result = {"rows": rows}
+    # step 5 is set against step 3 (step 4 was not kept): +1.0%; the column's bound is the widest spread of the
+    # ratios over the repeats: 92/100 against 90/100, 2.2%
+    text = bench.one_step(tried + 1)(result)
+    assert f"step {tried - 1} TFLOP/s | step {tried + 1} TFLOP/s" in text
+    assert "| D=64 non-causal | 100 | 101 | +1.0% | 2.2% | within the noise |" in text
+    assert "| D=64 non-causal | 100 | 91 | -9.0% | 2.2% | beyond the noise |" in bench.one_step(tried)(result)
+    assert set(bench.BENCHMARK.views) >= {f"step-{i}" for i in range(1, len(bench.STEPS))}

@@ -552,28 +552,61 @@ def noise(result: dict) -> str:
                 f"at N = {n:,} the two readings differ by up to {max(d):.1%}" for n, d in sorted(spread.items())) + ".")
 
 
-def ratio_noise(result: dict) -> str:
-    """How much a step's ratio to the last kept step before it moves when the same turns run again: per column, the
-    largest spread (max / min - 1) over the worklog's steps. The bound a change must pass to count."""
+def _ratio_spreads(result: dict) -> dict[tuple[int, bool], list[float]]:
+    """Per column, how much each step's ratio to the last kept step before it moved between the repetitions of
+    the same turns (max / min - 1)."""
     by = {(r["step"], r["head_dim"], r["causal"]): r for r in _rows(result, "step")}
-    parts = []
+    spreads: dict[tuple[int, bool], list[float]] = {}
     for d, c in SHAPES:
-        spreads, base = [], STEPS[0]
+        base = STEPS[0]
         for step in STEPS[1:]:
             now, before = by.get((step.key, d, c)), by.get((base.key, d, c))
             pairs = list(zip((now or {}).get("tflops_repeats") or [], (before or {}).get("tflops_repeats") or [],
                              strict=False))
             ratios = [a / b for a, b in pairs if a and b]
             if len(ratios) > 1:
-                spreads.append(max(ratios) / min(ratios) - 1)
+                spreads.setdefault((d, c), []).append(max(ratios) / min(ratios) - 1)
             if step.kept:
                 base = step
-        if spreads:
-            parts.append(f"{_label(d, c)}: up to {max(spreads):.1%} (median {statistics.median(spreads):.1%})")
-    if not parts:
+    return spreads
+
+
+def ratio_noise(result: dict) -> str:
+    """How much a step's ratio to the last kept step before it moves when the same turns run again: per column, the
+    largest spread (max / min - 1) over the worklog's steps. The bound a change must pass to count."""
+    spreads = _ratio_spreads(result)
+    if not spreads:
         return "This run did not repeat the worklog's turns."
+    parts = [f"{_label(d, c)}: up to {max(s):.1%} (median {statistics.median(s):.1%})" for (d, c), s in spreads.items()]
     return (f"Each column's turns ran {STEP_REPEATS} times. A step's ratio to the last kept step before it moved "
             "between the repetitions by: " + "; ".join(parts) + ".")
+
+
+def one_step(index: int):
+    """The view of step `index`: its TFLOP/s in each column against the last kept step before it, and whether the
+    change passes the column's noise bound (the largest spread of ratio_noise)."""
+    def view(result: dict) -> str:
+        by = {(r["step"], r["head_dim"], r["causal"]): r for r in _rows(result, "step")}
+        step = STEPS[index]
+        base = next(s for s in reversed(STEPS[:index]) if s.kept)
+        bounds = {column: max(s) for column, s in _ratio_spreads(result).items()}
+        body = []
+        for d, c in SHAPES:
+            now, before = by.get((step.key, d, c)), by.get((base.key, d, c))
+            if not (now and before and now["tflops"] and before["tflops"]):
+                body.append([_label(d, c), None, "did not run", None, None, None])
+                continue
+            change, bound = now["tflops"] / before["tflops"] - 1, bounds.get((d, c))
+            verdict = None if bound is None else "beyond the noise" if abs(change) > bound else "within the noise"
+            body.append([_label(d, c), f"{before['tflops']:.0f}", f"{now['tflops']:.0f}", f"{change:+.1%}",
+                         None if bound is None else f"{bound:.1%}", verdict])
+        headers = ["column", f"step {STEPS.index(base)} TFLOP/s", f"step {index} TFLOP/s", "change", "noise bound",
+                   "verdict"]
+        return render.table(headers, body) + (
+            f"\n\nStep {index} against step {STEPS.index(base)} ({base.title}), the last kept step before it: "
+            f"backward TFLOP/s at N = {N:,}, fp16; the change from unrounded TFLOP/s; the bound is the column's, "
+            "from the worklog's repeated turns.")
+    return view
 
 
 def versus_readable(result: dict) -> str:
@@ -616,6 +649,6 @@ BENCHMARK = Benchmark(
            "spills": spills, "dq": dq_table,
            "noise": noise, "ratio-noise": ratio_noise, "table": table, "step-table": step_table, "targets": targets,
            "versus-readable": versus_readable,
-           "checks": checks, "plot": plot},
+           "checks": checks, "plot": plot, **{f"step-{i}": one_step(i) for i in range(1, len(STEPS))}},
     awaiting_gpu="issue 20: the fast backward's first GPU run",
 )
