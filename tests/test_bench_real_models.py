@@ -94,9 +94,9 @@ def test_targets_list_the_misses_from_2k_and_every_fallback_with_its_reason():
     assert text.startswith('!!! warning "Target: at least 1.0× the fastest SDPA backend from N = 2,048 on')
     # Fast rows from 2,048 on with a peer: prefill 8,191 (1.2), 3,000 (0.9), GPT-2 (1.0); training 70B (0.8).
     assert "Prefill: met in 2 of 3 rows; training step: met in 0 of 1 rows." in text
-    assert "prefill Llama-3.1-8B float16 N = 3,000 (Triton): 0.900× against cuDNN" in text
-    assert ("training Llama-3.1-70B, 1/8 shard float16 N = 32,768 (Gluon forward, Triton backward): 0.800× against "
-            "cuDNN") in text
+    assert "    | prefill | Llama-3.1-8B | float16 | 3,000 | Triton | 0.900× | cuDNN |" in text
+    assert ("    | training | Llama-3.1-70B, 1/8 shard | float16 | 32,768 | Gluon forward, Triton backward | 0.800× | "
+            "cuDNN |") in text
     assert "N = 1,000 (Triton)" not in text  # below 2,048: not a target ...
     assert "Below N = 2,048 (not a target) the lowest ratio on a fast path is 0.750×" in text  # ... but reported
     assert "No SDPA backend ran, so nothing to compare: prefill Qwen2.5-7B bfloat16 N = 8,191." in text

@@ -423,9 +423,10 @@ def targets(result: dict) -> str:
         parts.append(f"{label}: met in {met} of {len(chosen)} rows")
     lines.append(f"    {'; '.join(parts)}.")
     if misses:
-        lines.append(f"    Below {TARGET_RATIO:.1f}×: " + "; ".join(
-            f"{r['kind']} {_label(r)} ({r['path']}): {r['ratio']:.3f}× against {PEER_NAMES[r['best_peer']]}"
-            for r in misses) + ".")
+        table = render.table(["", "model", "dtype", "N", "path", "ours / fastest SDPA", "fastest SDPA"],
+                             [[r["kind"], r["model"], r["dtype"], f"{r['N']:,}", r["path"], f"{r['ratio']:.3f}×",
+                               PEER_NAMES[r["best_peer"]]] for r in misses])
+        lines += ["", f"    Below {TARGET_RATIO:.1f}×:", ""] + ["    " + line for line in table.splitlines()] + [""]
     alone = [r for r in rows if r["fast"] and r["N"] >= TARGET_FROM and r["ratio"] is None]
     if alone:
         lines.append("    No SDPA backend ran, so nothing to compare: " + "; ".join(
