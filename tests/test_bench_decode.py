@@ -75,8 +75,11 @@ def test_table_shows_fp16_rows_and_refusals():
     assert text.count("\n| 1 | 8,192 |") == 1 and "| 64 | 131,072 |" in text
     assert "| — |" in text  # the memory-efficient backend refused in every fake row
     assert "1.250×" in text  # FlashAttention-2's 25 us over ours 20 us
-    assert "bf16 rows are not shown" in text
+    assert "The bf16 rows are in a table of their own" in text
     assert "| 1,678 |" in text  # 33,554,432 bytes of K and V in 20 us
+    bf16 = bench.table_bf16(RESULT)  # the one bf16 row: 18 us
+    assert bf16.count("\n| 1 | 8,192 |") == 1 and "| 64 | 131,072 |" not in bf16 and "| 18.0 (" in bf16
+    assert "per decode step, bf16" in bf16 and "The fp16 rows are in a table of their own" in bf16
 
 
 def test_splits_table_has_one_line_per_split_count():

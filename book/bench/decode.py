@@ -316,9 +316,19 @@ def _best_peer(row: dict) -> float | None:
 
 def table(result: dict) -> str:
     """Latency and share of the copy reference per row, fp16: the book's kernel, chapter 5's, every backend."""
+    return _dtype_table(result, "float16")
+
+
+def table_bf16(result: dict) -> str:
+    """The same for the bf16 rows."""
+    return _dtype_table(result, "bfloat16")
+
+
+def _dtype_table(result: dict, dtype: str) -> str:
+    short, other = {"float16": ("fp16", "bf16"), "bfloat16": ("bf16", "fp16")}[dtype]
     body = []
     for r in _rows(result, "decode"):
-        if r["dtype"] != "float16":
+        if r["dtype"] != dtype:
             continue
         best = _best_peer(r)
         heads = f"{r['q_heads']}/{r['kv_heads']}"
@@ -330,12 +340,12 @@ def table(result: dict) -> str:
     headers = ["batch", "context", "heads q/kv", "K+V MiB", "copy reference µs", "ours µs (share of it)", "ours GB/s",
                "ours, plain calls", "ch. 5", "FA2", "mem-eff.", "cuDNN", "math", "best SDPA time / ours"]
     return render.table(headers, body) + (
-        "\n\nMicroseconds per decode step, fp16, head dim 128, from CUDA graphs taken in turns, the L2 cache cleared "
-        "by reading before each call; plain calls are timed by do_bench, which clears it by writing. The copy "
+        f"\n\nMicroseconds per decode step, {short}, head dim 128, from CUDA graphs taken in turns, the L2 cache "
+        "cleared by reading before each call; plain calls are timed by do_bench, which clears it by writing. The copy "
         "reference is the bytes of K and V over the copy bandwidth measured in the same run. — means the backend "
         "refused. ch. 5: chapter 5's kernel; FA2, mem-eff., cuDNN and math: SDPA's FlashAttention-2, "
         "memory-efficient, cuDNN and math backends. The last column is above 1 where the book's kernel is faster. "
-        "The bf16 rows are not shown; the lines above the table count both dtypes.")
+        f"The {other} rows are in a table of their own; the targets count both dtypes.")
 
 
 def targets(result: dict) -> str:
@@ -477,7 +487,7 @@ BENCHMARK = Benchmark(
     title="Chapter 12: one decode step against the bandwidth limit and every SDPA backend",
     sources=["kernels/flash_decoding.py", "kernels/flash_attention.py", "book/bench/decode.py"],
     run=run,
-    views={"table": table, "targets": targets, "splits": splits_table, "tiles": tiles_table,
+    views={"table": table, "table-bf16": table_bf16, "targets": targets, "splits": splits_table, "tiles": tiles_table,
            "tile_memory": tile_memory_sentence,
            "paged": paged_table, "copy": copy_sentence, "plot": plot},
     awaiting_gpu="issue 21: the decode benchmark's first GPU run",
