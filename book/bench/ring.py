@@ -67,7 +67,7 @@ def run(progress: Progress) -> list[dict]:
 
     if torch.cuda.device_count() < WORLD:
         raise BenchmarkSkipped(f"needs {WORLD} GPUs of one host, found {torch.cuda.device_count()}")
-    rows = measure({"backend": "nccl", "sizes": SIZES, "heads": HEADS, "cases": CASES, "dtype": DTYPE,
+    rows = measure({"backend": "nccl", "world": WORLD, "sizes": SIZES, "heads": HEADS, "cases": CASES, "dtype": DTYPE,
                     "use_kernels": True, "context_parallel": CONTEXT_PARALLEL, "long": LONG,
                     "one_gpu_max": ONE_GPU_MAX}, spawn=mp.spawn)
     for row in rows:
@@ -76,10 +76,11 @@ def run(progress: Progress) -> list[dict]:
 
 
 def measure(config: dict, spawn) -> list[dict]:
-    """Start WORLD processes that measure `config` (rank 0 writes the rows); the tests pass gloo and small sizes."""
+    """Start config["world"] processes (WORLD if not given) that measure `config` (rank 0 writes the rows); the
+    tests pass gloo and small sizes."""
     os.environ.update(MULTICAST_OFF)  # the processes inherit it
     with tempfile.TemporaryDirectory() as tmp:
-        spawn(_rank_main, args=(tmp, json.dumps(config)), nprocs=WORLD, join=True)
+        spawn(_rank_main, args=(tmp, json.dumps(config)), nprocs=config.get("world", WORLD), join=True)
         return json.loads((Path(tmp) / "rows.json").read_text())
 
 
@@ -92,7 +93,8 @@ def _rank_main(rank: int, tmp: str, config_json: str) -> None:
     device = torch.device("cuda", rank) if on_gpu else torch.device("cpu")
     if on_gpu:
         torch.cuda.set_device(device)
-    dist.init_process_group(config["backend"], init_method=f"file://{tmp}/init", rank=rank, world_size=WORLD)
+    dist.init_process_group(config["backend"], init_method=f"file://{tmp}/init", rank=rank,
+                            world_size=config.get("world", WORLD))
     try:
         started, rows = time.perf_counter(), []
         for n in config["sizes"]:
@@ -117,15 +119,15 @@ def _row(n, heads, kv_heads, causal, layout, config, device) -> dict:
     from kernels import ring_attention as ring
     from kernels import ulysses_attention as ulysses
 
-    rank = dist.get_rank()
+    rank, world = dist.get_rank(), dist.get_world_size()
     dtype = getattr(torch, config["dtype"])
     generator = torch.Generator(device=device).manual_seed(n + heads + kv_heads)  # the same tensors on every rank
     q, k, v, do = (torch.randn(1, h, n, HEAD_DIM, generator=generator, device=device, dtype=dtype)
                    for h in (heads, kv_heads, kv_heads, heads))
-    mine = [ring.shard(t, rank, WORLD, layout) for t in (q, k, v, do)]
+    mine = [ring.shard(t, rank, world, layout) for t in (q, k, v, do)]
     use_kernels = config["use_kernels"]
     row = {"kind": "ring", "N": n, "heads": heads, "kv_heads": kv_heads, "causal": causal, "layout": layout,
-           "world": WORLD, "dtype": config["dtype"]}
+           "world": world, "dtype": config["dtype"]}
 
     def forward(overlap):
         with torch.no_grad():
@@ -148,7 +150,7 @@ def _row(n, heads, kv_heads, causal, layout, config, device) -> dict:
     # with and without overlap, timed in alternating turns: their difference per turn is what overlapping saves
     paired = {"forward": (lambda: forward(True), lambda: forward(False)),
               "training": (lambda: training(True), lambda: training(False))}
-    timed = {"send_ms": lambda: ring._pass_on((mine[1], mine[2]), None, WORLD, rank)()}
+    timed = {"send_ms": lambda: ring._pass_on((mine[1], mine[2]), None, world, rank)()}
     if layout == "contiguous":
         timed |= {"ulysses_forward_ms": all_to_all_forward, "ulysses_training_ms": all_to_all_training}
     repeats = _repeats(n)
@@ -157,7 +159,7 @@ def _row(n, heads, kv_heads, causal, layout, config, device) -> dict:
         paired, timed, repeats = {}, {"training_ms": lambda: training(True)}, LONG_REPEATS
     whole_forward, whole_training = _one_gpu(q, k, v, do, causal, use_kernels)
     if n == min(config["sizes"]) and n < long:
-        expected = ring.shard(whole_forward(), rank, WORLD, layout)
+        expected = ring.shard(whole_forward(), rank, world, layout)
         for name, fn in (("error", lambda: forward(True)), ("ulysses_error", all_to_all_forward)):
             if name == "error" or layout == "contiguous":
                 row[name] = ((fn().float() - expected.float()).norm() / expected.norm()).item()
@@ -199,9 +201,9 @@ def _context_parallel_row(n, heads, kv_heads, causal, config, device) -> dict:
     q, k, v, do = (torch.randn(1, h, n, HEAD_DIM, generator=generator, device=device, dtype=dtype)
                    for h in (heads, kv_heads, kv_heads, heads))
     k, v = (t.repeat_interleave(heads // kv_heads, dim=1) for t in (k, v))
-    mesh = init_device_mesh(device.type, (WORLD,))
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     row = {"kind": "context_parallel", "N": n, "heads": heads, "kv_heads": kv_heads, "causal": causal,
-           "world": WORLD, "dtype": config["dtype"]}
+           "world": dist.get_world_size(), "dtype": config["dtype"]}
     balanced_before = _cp_options.enable_load_balance
     for key, backend in CONTEXT_PARALLEL_BACKENDS.items():
         buffers = None
