@@ -425,7 +425,9 @@ def short_in_long_table(result: dict) -> str:
                "cuDNN, exact cache µs", "exact / large"]
     return render.table(headers, body) + (
         "\n\nLlama-3.1-8B's heads (32/8, head dim 128), bf16, CUDA graphs in turns. The large cache is allocated for "
-        "the capacity and the Decoder planned for it; the exact cache holds the 2,048 keys alone.")
+        "the capacity and the Decoder planned for it; the exact cache holds the 2,048 keys alone. These turns are "
+        "their own, with their own inputs, so the exact cache's times differ by a few percent from the same shape's "
+        "row in the models table; compare within this table.")
 
 
 def targets(result: dict) -> str:
