@@ -603,9 +603,8 @@ def one_step(index: int):
         headers = ["column", f"step {STEPS.index(base)} TFLOP/s", f"step {index} TFLOP/s", "change", "noise bound",
                    "verdict"]
         return render.table(headers, body) + (
-            f"\n\nStep {index} against step {STEPS.index(base)} ({base.title}), the last kept step before it: "
-            f"backward TFLOP/s at N = {N:,}, fp16; the change from unrounded TFLOP/s; the bound is the column's, "
-            "from the worklog's repeated turns.")
+            f"\n\nAgainst step {STEPS.index(base)}, {base.title}: backward TFLOP/s, N = {N:,}, fp16; change from "
+            "unrounded figures.")
     return view
 
 
