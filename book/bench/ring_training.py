@@ -18,11 +18,11 @@ from pathlib import Path
 
 from book import ROOT, render
 from book.bench.registry import Benchmark, BenchmarkSkipped, Progress
+from book.bench.ring import MULTICAST_OFF
 
 SNIPPET = "snippets/ch14/train_two_ranks.py"
 WORLD = 2
 TIMEOUT_S = 480  # the first run on two H200s took about a minute, compiles included
-MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
 def run(progress: Progress) -> list[dict]:
