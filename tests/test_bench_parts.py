@@ -28,6 +28,7 @@ def test_parts_merge_in_order_with_the_last_date_and_the_telemetry_of_all():
     assert merged["provenance"]["date"] == "2026-11-30T11:00:00Z"
     assert merged["provenance"]["telemetry"]["sm_mhz"] == {"min": 1300, "median": 1980, "max": 1980}
     assert merged["provenance"]["telemetry"]["samples"] == 20
+    assert [t["sm_mhz"]["median"] for t in merged["provenance"]["part_telemetry"]] == [1900, 1980]
 
 
 def test_parts_taken_at_other_commits_merge_when_their_sources_are_the_same():

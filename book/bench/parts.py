@@ -6,9 +6,9 @@ call: `python -m book.bench --only NAME --part K` writes results/<gpu>/parts/NAM
 there, `python -m book.bench --merge NAME` joins them into results/<gpu>/NAME.json, rows in part order, and removes
 the parts. It refuses unless every part measured the same thing: the same source hashes, the same GPU, driver and
 library versions. The date, the telemetry and the commit may differ: the merged file keeps the last date and commit,
-the telemetry over all parts and each part's commit (`part_commits`). So the parts of one measurement can be taken
-over several sessions, as long as nothing they measure changes; the part files are kept in the repository
-(results/<gpu>/parts/) until they merge.
+the telemetry over all parts (and each part's own, `part_telemetry`) and each part's commit (`part_commits`). So
+the parts of one measurement can be taken over several sessions, as long as nothing they measure changes; the part
+files are kept in the repository (results/<gpu>/parts/) until they merge.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from book import results
 
 # What may differ between the parts of one measurement; every other provenance field must be equal.
-MAY_DIFFER = ("date", "telemetry", "commit", "part_commits")
+MAY_DIFFER = ("date", "telemetry", "commit", "part_commits", "part_telemetry")
 
 
 def part_path(name: str, gpu_slug: str, part: int, results_dir: Path = results.RESULTS_DIR) -> Path:
@@ -78,6 +78,7 @@ def merge(parts: list[dict]) -> dict:
     telemetry = _telemetry([part["provenance"]["telemetry"] for part in parts if "telemetry" in part["provenance"]])
     if telemetry:
         provenance["telemetry"] = telemetry
+        provenance["part_telemetry"] = [part["provenance"].get("telemetry") for part in parts]
     return {"schema": first["schema"], "benchmark": first["benchmark"], "provenance": provenance,
             "rows": [row for part in parts for row in part["rows"]]}
 

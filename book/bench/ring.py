@@ -361,6 +361,7 @@ def _fmt(value, digits: int = 2) -> str | None:
 
 IDEAL_SHARE, IDEAL_FROM = 0.9, 262144  # the chapter's targets (issue 53): 90% of ideal scaling from 256K tokens
 BEAT_FROM = 131072  # and at least PyTorch's context parallelism from 128K tokens
+NVLINK_BYTES_PER_S = 450e9  # H200 SXM datasheet: 900 GB/s of NVLink, counting both directions
 
 
 def _rows(result: dict) -> list[dict]:
@@ -379,23 +380,20 @@ def _speedup(row: dict, one: str, ring: str) -> str | None:
 def forward_table(result: dict) -> str:
     body = [[f"{r['N']:,}", f"{r['heads']}/{r['kv_heads']}", "yes" if r["causal"] else "no", r["layout"],
              _fmt(r["forward_ms"]), f"{_tflops_per_gpu(r, 'forward_ms'):.0f}", _fmt(r.get("one_gpu_forward_ms")),
-             _speedup(r, "one_gpu_forward_ms", "forward_ms"), _fmt(r["forward_no_overlap_ms"]),
-             f"{r['forward_no_overlap_ms'] / r['forward_ms']:.2f}×"] for r in _rows(result)]
-    headers = ["N", "heads q/kv", "causal", "layout", "ring ms", "TFLOP/s per GPU", "one GPU ms",
-               "one GPU / ring", "ring without overlap ms", "without / with overlap"]
+             _speedup(r, "one_gpu_forward_ms", "forward_ms")] for r in _rows(result)]
+    headers = ["N", "heads q/kv", "causal", "layout", "ring ms", "TFLOP/s per GPU", "one GPU ms", "one GPU / ring"]
     return render.table(headers, body) + (
         f"\n\nForward of one sequence, batch 1, head dim {HEAD_DIM}, bf16, on {WORLD} GPUs (the slowest rank's "
-        "time, median of plain calls); one GPU: the same attention of the whole sequence on one GPU. A perfect "
-        f"split would make the ring {WORLD}× faster than one GPU.")
+        "time, median of plain calls, sends overlapped); one GPU: the same attention of the whole sequence on one "
+        f"GPU. A perfect split would make the ring {WORLD}× faster than one GPU.")
 
 
 def training_table(result: dict) -> str:
     body = [[f"{r['N']:,}", f"{r['heads']}/{r['kv_heads']}", "yes" if r["causal"] else "no", r["layout"],
              _fmt(r["training_ms"]), f"{_tflops_per_gpu(r, 'training_ms', 3.5):.0f}",
-             _fmt(r.get("one_gpu_training_ms")), _speedup(r, "one_gpu_training_ms", "training_ms"),
-             f"{r['training_no_overlap_ms'] / r['training_ms']:.2f}×"] for r in _rows(result)]
-    headers = ["N", "heads q/kv", "causal", "layout", "ring ms", "TFLOP/s per GPU", "one GPU ms", "one GPU / ring",
-               "without / with overlap"]
+             _fmt(r.get("one_gpu_training_ms")), _speedup(r, "one_gpu_training_ms", "training_ms")]
+            for r in _rows(result)]
+    headers = ["N", "heads q/kv", "causal", "layout", "ring ms", "TFLOP/s per GPU", "one GPU ms", "one GPU / ring"]
     return render.table(headers, body) + (
         "\n\nForward and backward (3.5 times the forward's FLOPs), as the forward table measures them.")
 
@@ -577,12 +575,13 @@ def hidden(result: dict) -> str:
         body.append([f"{r['N']:,}", f"{r['heads']}/{r['kv_heads']}", "yes" if r["causal"] else "no", *cells])
     headers = ["N", "heads q/kv", "causal"] + [
         h for what in ("forward", "training")
-        for h in (f"{what}: sends alone / step", f"{what}: saved ms (turns' range)", f"{what}: hidden")]
+        for h in (f"{what}: sends alone / call", f"{what}: saved ms (turns' range)", f"{what}: hidden")]
     return render.table(headers, body) + (
         "\n\nThe ring with its sends overlapped and without (each send waited for before the step's blocks), timed "
-        "in alternating turns; saved: the time without overlap less the time with it, median over turns. Sends "
-        "alone: one K/V send timed by itself, times the sends of a step (the forward's one per step after the "
-        "first; the training step's also those of the backward and the dK/dV sends in fp32). Hidden: saved over "
+        "in alternating turns (a turn: one call of each, with and then without); saved: the time without overlap "
+        "less the time with it, median over turns. Sends alone: one K/V send timed by itself, times the sends of a "
+        "call (the forward's one per ring step after the first; the training step's also those of the backward and "
+        "the dK/dV sends in fp32), over the call's time without overlap. Hidden: saved over "
         "sends alone, shown only where the turns' range is narrower than the sends themselves; \"below the "
         "noise\" where it is not; \"none\" where the median saving is not above zero; \"slower\" where overlapping "
         "cost time in every turn. The zigzag layout where causal, contiguous otherwise.")
@@ -596,6 +595,39 @@ def _hidden_share(saved: list[float], sends: float) -> str:
         return "below the noise"
     median = statistics.median(saved)
     return f"{median / sends:.0%}" if median > 0 else "none"
+
+
+def link(result: dict) -> str:
+    """The measured link against the datasheet's: one K/V chunk's send at the longest sequence of each head count."""
+    longest = {}
+    for r in _rows(result):
+        if r["N"] >= longest.get(r["kv_heads"], {"N": 0})["N"]:
+            longest[r["kv_heads"]] = r
+    if not longest:
+        return "This run did not time a send."
+    parts = [f"{step['chunk_bytes'] / 2**20:,.0f} MiB ({r['kv_heads']} K/V heads, {r['N'] // r['world']:,} tokens) "
+             f"in {step['send_ms']:.2f} ms, {step['link_bytes_per_s'] / 1e9:.0f} GB/s"
+             for r in longest.values() for step in [step_model(r)]]
+    return (f"One chunk of K and V sent to the next GPU while the previous one's arrives, timed alone: "
+            f"{'; '.join(parts)} each way. The datasheet's NVLink figure is {NVLINK_BYTES_PER_S / 1e9:.0f} GB/s each "
+            f"way (a peak, not a measurement).")
+
+
+def clocks(result: dict) -> str:
+    """Each part's telemetry: what it timed, and the GPUs' median SM clock and power while it ran."""
+    readings = result["provenance"].get("part_telemetry")
+    if not readings or len(readings) != len(BENCHMARK.parts):
+        return "This run did not record each part's clocks."
+    body = []
+    for k, (part, reading) in enumerate(zip(BENCHMARK.parts, readings, strict=True), 1):
+        what = ("PyTorch's context parallelism" if part.get("CONTEXT_PARALLEL") else "the ring and one GPU"
+                ) + ", " + ", ".join(f"{n:,}" for n in part["SIZES"]) + " tokens" + (
+            ", " + ", ".join(f"{q}/{kv}" for q, kv in part["HEADS"]) + " heads" if "HEADS" in part else "")
+        body.append([k, what, None if reading is None else f"{reading['sm_mhz']['median']:,.0f}",
+                     None if reading is None else f"{reading['power_w']['median']:.0f}"])
+    return render.table(["part", "timed", "median SM clock MHz", "median power W"], body) + (
+        "\n\nThe benchmark runs in parts of at most ten minutes each; nvidia-smi sampled the GPU's clock and "
+        "power while each ran.")
 
 
 def _sends_ms(row: dict, what: str) -> float:
@@ -617,7 +649,7 @@ BENCHMARK = Benchmark(
     run=run,
     views={"forward": forward_table, "training": training_table, "all-to-all": all_to_all_table, "hidden": hidden,
            "projection": projection, "context-parallel": context_parallel_table, "long": long_sentence,
-           "targets": targets},
+           "targets": targets, "link": link, "clocks": clocks},
     awaiting_gpu="issue 53: needs two GPUs of one host (nvidia-h200-x2)",
     # Each part fits one ten-minute command. On two H200s on 2026-11-29, at 9 calls a timing at every size, the
     # parts took 81 s (the first, compiles included, 32K only), 74, 227, 442, (5 not run), 136, 388 and 138 s;
