@@ -133,19 +133,25 @@ def transform(markdown: str, src_uri: str, rendered: Rendered, notebook: str | N
     baked for a generator without a notebook plugin), or None."""
     figures_dir = posixpath.relpath("figures", posixpath.dirname(src_uri) or ".")
     said: set[str] = set()  # the provenance lines already on this page
+    nearest = [None]  # the run whose provenance (line or pointer) is the nearest above
 
     def replace(match: re.Match) -> str:
         return textwrap.indent(view(match), match["indent"])
 
-    def once(body: str, benchmark: str) -> str:
+    def once(body: str, benchmark: str, tabbed: bool) -> str:
         """The body with its provenance line, or a short pointer to it where the page has already shown it (naming
-        the benchmark: a page can show several runs, and the nearest line above may be another's)."""
+        the benchmark: a page can show several runs, and the nearest line above may be another's), or neither
+        where the nearest line or pointer above is this run's already (outside tabs, which each name their run)."""
         found = PROVENANCE.search(body)
         if found is None:
             return body
         if found[0] not in said:
             said.add(found[0])
+            nearest[0] = found[0]
             return body
+        if nearest[0] == found[0] and not tabbed:
+            return body[:found.start()].rstrip() + "\n"
+        nearest[0] = found[0]
         return body[:found.start()] + (f'<p class="provenance">The same run of <code>{benchmark}</code> as above '
                                        f'({found["gpu"]}).</p>')
 
@@ -157,7 +163,8 @@ def transform(markdown: str, src_uri: str, rendered: Rendered, notebook: str | N
                 '!!! note "No measurements yet"\n\n'
                 f"    `{match['benchmark']}` has no results file. Run `make bench` on a GPU machine.\n"
             )
-        filled = [(gpu, once(body.replace("{figures}", figures_dir), match["benchmark"])) for gpu, body in bodies]
+        filled = [(gpu, once(body.replace("{figures}", figures_dir), match["benchmark"], len(bodies) > 1))
+                  for gpu, body in bodies]
         if len(filled) == 1:
             return filled[0][1]
         # `===!` starts a new tab set, so two views in a row do not merge into one set of tabs.

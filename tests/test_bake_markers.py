@@ -28,14 +28,19 @@ def test_an_indented_marker_keeps_its_view_inside_the_block():
     assert '\n    !!! note "No measurements yet"\n\n        `bench` has no results file.' in empty
 
 
-def test_a_provenance_line_the_page_has_shown_becomes_a_pointer():
+def test_a_provenance_line_the_page_has_shown_becomes_a_pointer_or_goes_where_it_is_the_nearest():
     line = ('<p class="provenance">Measured on NVIDIA H200 (driver 580, CUDA 13.0), torch 2.11, triton 3.6, '
             '2026-11-29, commit <code>93b1247</code>.</p>')
     rendered = bake.Rendered(views={("bench", "table"): [("NVIDIA H200", "| a |\n\n" + line)],
                                     ("bench", "plot"): [("NVIDIA H200", "![plot](x.svg)\n\n" + line)]})
-    page = "<!-- results: bench table -->\n\n<!-- results: bench plot -->\n\n<!-- results: bench table -->\n"
+    other_line = line.replace("H200", "H100")
+    rendered.views[("other", "table")] = [("NVIDIA H100", "| b |\n\n" + other_line)]
+    page = ("<!-- results: bench table -->\n\n<!-- results: bench plot -->\n\n<!-- results: other table -->\n\n"
+            "<!-- results: bench table -->\n")
     out = bake.transform(page, "chapters/01-x.md", rendered, None, "https://github.com/o/r")
     assert out.count("Measured on NVIDIA H200") == 1
-    assert out.count('<p class="provenance">The same run of <code>bench</code> as above (NVIDIA H200).</p>') == 2
+    # right under its own line the plot needs no pointer; after another run's line the table does
+    assert out.count('<p class="provenance">The same run of <code>bench</code> as above (NVIDIA H200).</p>') == 1
+    assert out.index("![plot]") < out.index("Measured on NVIDIA H100") < out.index("The same run of")
     other = bake.transform("<!-- results: bench plot -->\n", "chapters/02-y.md", rendered, None, "https://x")
     assert "Measured on NVIDIA H200" in other  # each page says it once
