@@ -461,7 +461,10 @@ def test_a_chapter_benchmark_needs_a_results_view_on_the_page(tmp_path):
         'views with `<!-- results: kbench VIEW -->` lines under "## Measure it" (the views are listed in '
         "book/bench/kbench.py)."]
     page = root / "docs/chapters/98-a.md"
-    page.write_text(page.read_text() + "\n<!-- results: kbench table -->\n")
+    (root / "docs/more.md").write_text("# More\n\n<!-- results: kbench table -->\n")
+    page.write_text(page.read_text() + "\nSee [its own page](../more.md).\n")
+    assert checks.unfinished_problems(root) == []  # shown on a top-level page the chapter links to
+    page.write_text(page.read_text().replace("See [its own page](../more.md).", "<!-- results: kbench table -->"))
     assert checks.unfinished_problems(root) == []
 
 
