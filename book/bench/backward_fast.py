@@ -549,7 +549,8 @@ def noise(result: dict) -> str:
             spread.setdefault(n, []).append(max(first, second) / min(first, second) - 1)
     return ("The final kernel timed twice on the same shape, once in the grid and once in the worklog or the dQ "
             "table, fp16, over the four columns: " + "; ".join(
-                f"at N = {n:,} the two readings differ by up to {max(d):.1%}" for n, d in sorted(spread.items())) + ".")
+                f"at N = {n:,} the two readings differ by up to {max(d):.1%}" for n, d in sorted(spread.items()))
+            + " (the larger reading over the smaller, from unrounded TFLOP/s).")
 
 
 def _ratio_spreads(result: dict) -> dict[tuple[int, bool], list[float]]:
