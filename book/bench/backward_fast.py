@@ -529,9 +529,9 @@ def targets(result: dict) -> str:
     best_key = max(ratios, key=ratios.get)
     return (f"From N = {TARGET_FROM:,} on, the fast backward is at or above the fastest SDPA backend in {met} of "
             f"{len(ratios)} rows, and at or above {FLOOR_RATIO:.1f}× of it in {floor}. Its ratio runs from "
-            f"{min(ratios.values()):.2f} ({dtype} D = {d} {'causal' if causal else 'non-causal'} N = {n:,}) to "
-            f"{max(ratios.values()):.2f} ({best_key[0]} D = {best_key[1]} "
-            f"{'causal' if best_key[2] else 'non-causal'} N = {best_key[3]:,}).")
+            f"{min(ratios.values()):.2f} ({dtype}, head dim {d}, {'causal' if causal else 'non-causal'}, N = {n:,}) to "
+            f"{max(ratios.values()):.2f} ({best_key[0]}, head dim {best_key[1]}, "
+            f"{'causal' if best_key[2] else 'non-causal'}, N = {best_key[3]:,}).")
 
 
 def noise(result: dict) -> str:
