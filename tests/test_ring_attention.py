@@ -22,7 +22,7 @@ def _reference(q, k, v, causal):
     s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     if causal:
         n = q.shape[2]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
     return torch.softmax(s, -1) @ v
 
 

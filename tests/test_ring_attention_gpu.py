@@ -3,7 +3,6 @@ not, grouped heads, lengths that are not multiples of a tile, head dims 64 and 1
 are compared with float64 attention of the whole sequence, and must be as close to it as the book's one-GPU kernels
 are (twice their own error, plus a little). NVLink multicast stays off, as shared machines require."""
 
-import math
 import os
 import tempfile
 
@@ -15,6 +14,7 @@ import torch.multiprocessing as mp
 from book.bench.ring import MULTICAST_OFF
 from kernels import flash_attention_backward_fast as one_gpu
 from kernels import ring_attention as ring
+from tests.test_ring_attention import _reference
 
 pytestmark = pytest.mark.gpu
 
@@ -22,16 +22,6 @@ WORLD = 2
 # (dtype, heads, kv_heads, whole sequence, head_dim): the zigzag layout cuts 2 x WORLD pieces of 1,000 or 1,500 tokens
 SHAPES = [(torch.bfloat16, 8, 2, 4000, 128), (torch.float16, 4, 4, 6000, 64)]
 CASES = [(layout, causal) for layout in ring.LAYOUTS for causal in (False, True)]
-
-
-def _reference(q, k, v, causal):
-    group = q.shape[1] // k.shape[1]
-    k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
-    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        n = q.shape[2]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    return torch.softmax(s, -1) @ v
 
 
 def _error(got, want):
