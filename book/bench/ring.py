@@ -507,7 +507,8 @@ def context_parallel_table(result: dict) -> str:
     return render.table(headers, body) + (
         f"\n\nOn the same {WORLD} GPUs, bf16, head dim {HEAD_DIM}, the slowest rank's time. PyTorch's context "
         "parallelism (torch.distributed.tensor.experimental.context_parallel) shards the whole sequence itself "
-        "and runs SDPA's ring with the backend named; K and V are repeated to the query heads, as torchtitan does "
+        "and, with its default rotate method (all-gather), gathers K and V and runs SDPA with the backend named on "
+        "each chunk; K and V are repeated to the query heads, as torchtitan (PyTorch's training library) does "
         "for grouped-query attention. The ring: the zigzag layout where causal, contiguous otherwise. Above 1.0× "
         "the ring is faster." + (" Not timed: " + "; ".join(refusals) + "." if refusals else ""))
 
