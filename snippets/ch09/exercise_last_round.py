@@ -1,5 +1,6 @@
 # Exercise solution: how much time does the last round of pairs cost at head dim 128? Causal, two computing
-# warpgroups (128 query rows per item), 16 heads, 16K tokens per batch, 132 programs (H100 SXM5, datasheet).
+# warpgroups (128 query rows per item), 16 heads, 16K tokens per batch, 132 programs (one per SM: 132 on the
+# H100 SXM5 and the H200).
 import functools
 import math
 

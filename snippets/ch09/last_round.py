@@ -1,5 +1,5 @@
 # The last round of the persistent grid. Head dim 64, causal, N = 2048, two computing warpgroups (128 query
-# rows per item), 32 heads x batch 8, 132 programs (one per SM of an H100 SXM5, datasheet). The schedules
+# rows per item), 32 heads x batch 8, 132 programs (one per SM: 132 on the H100 SXM5 and the H200). The schedules
 # are the kernel's own (kernels/hopper_schedule.py); the work per program comes from their cost model.
 import functools
 

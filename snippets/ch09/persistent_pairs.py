@@ -1,4 +1,4 @@
-# How a persistent grid splits causal work: 132 programs (one per SM of an H100 SXM5, datasheet), one
+# How a persistent grid splits causal work: 132 programs (one per SM: 132 on the H100 SXM5 and the H200), one
 # work item per 128 query rows of one head. Query block i of a head needs i + 1 K/V tiles of 128 keys.
 PROGRAMS = 132
 HEADS = 16 * 16  # batch 16 x 16 heads: 16K tokens at N = 1024, head dim 128
