@@ -465,7 +465,7 @@ def projection(result: dict) -> str:
     return render.table(headers, body) + (
         "\n\nA model, not a measurement: causal attention, zigzag layout, the tokens per GPU of each measured row "
         f"kept. Each step's compute and one send's time come from the {WORLD}-GPU run (the times without overlap "
-        "less their sends; see `step_model`); beyond one machine of "
+        "less their sends, shared over the ring's steps); beyond one machine of "
         f"{GPUS_PER_MACHINE} GPUs the slowest hop is one {INFINIBAND_BYTES_PER_S * 8 / 1e9:.0f} Gb/s InfiniBand "
         "port per GPU (NVIDIA DGX H200 datasheet). Ideal: the steps' compute alone. The last column checks the model "
         "where it can: the measured training step's share at the measured size. Within one machine it assumes "
