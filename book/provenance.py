@@ -42,22 +42,33 @@ def views_argument(text: str) -> tuple[int, int] | None:
     return None
 
 
+# A line that only marks where a section the pages include starts or ends (pymdownx.snippets' section markers).
+# It is a comment: it changes nothing that runs, so a page can show a kernel step by step without staling results.
+SNIPPET_MARKER = re.compile(r"^\s*# --8<-- \[(start|end):[\w.-]+\]\s*$")
+
+
+def measured_text(relative_path: str, text: str) -> tuple[str, bool]:
+    """The text of a source as its results' hash sees it, and whether a views section was left out: without lines
+    that only mark an included section, and for a benchmark module with a views section, without that section and
+    the lines of BENCHMARK's `views=` argument."""
+    lines = text.splitlines(keepends=True)
+    left_out = {i for i, line in enumerate(lines) if SNIPPET_MARKER.match(line)}
+    section = views_section(text) if relative_path.startswith("book/bench/") else None
+    if section is not None:
+        left_out |= set(range(*section)) | set(range(*(views_argument(text) or (0, 0))))
+    return "".join(line for i, line in enumerate(lines) if i not in left_out), section is not None
+
+
 def source_hash(relative_path: str) -> str:
-    """sha256 of a source file in the repository, or "missing" if it is gone. A benchmark module with a views
-    section is hashed without it and without the lines of BENCHMARK's `views=` argument ("sha256-measured:"): a
-    change to how its results are shown, or to which views it has, leaves them current; a change to anything
-    else in it makes them stale."""
+    """sha256 of a source file in the repository, or "missing" if it is gone, without the lines that change nothing
+    measured: section markers for the pages (so a page can include a kernel step by step), and a benchmark module's
+    views section and BENCHMARK's `views=` argument ("sha256-measured:"). So a change to how results are shown, or
+    to which lines a page includes, leaves them current; a change to anything else makes them stale."""
     path = ROOT / relative_path
     if not path.is_file():
         return "missing"
-    data = path.read_bytes()
-    text = data.decode()
-    section = views_section(text) if relative_path.startswith("book/bench/") else None
-    if section is None:
-        return "sha256:" + hashlib.sha256(data).hexdigest()
-    left_out = set(range(*section)) | set(range(*(views_argument(text) or (0, 0))))
-    measured = "".join(line for i, line in enumerate(text.splitlines(keepends=True)) if i not in left_out)
-    return "sha256-measured:" + hashlib.sha256(measured.encode()).hexdigest()
+    measured, views_left_out = measured_text(relative_path, path.read_bytes().decode())
+    return ("sha256-measured:" if views_left_out else "sha256:") + hashlib.sha256(measured.encode()).hexdigest()
 
 
 def gpu_slug(gpu_name: str) -> str:

@@ -74,3 +74,23 @@ def test_the_views_section_is_left_out_of_the_hash(tmp_path, monkeypatch):
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "k.py").write_text(module)  # only benchmark modules have a views section
     assert source_hash("kernels/k.py").startswith("sha256:")
+
+
+def test_lines_that_only_mark_an_included_section_are_left_out_of_the_hash(tmp_path, monkeypatch):
+    kernel = "def k(x):\n    y = x + 1\n    return y\n"
+    (tmp_path / "kernels").mkdir()
+    path = tmp_path / "kernels" / "k.py"
+    monkeypatch.setattr("book.provenance.ROOT", tmp_path)
+    path.write_text(kernel)
+    plain = source_hash("kernels/k.py")
+    assert plain.startswith("sha256:")
+    path.write_text("# --8<-- [start:k]\ndef k(x):\n    # --8<-- [start:add]\n    y = x + 1\n    # --8<-- [end:add]\n"
+                    "    return y\n# --8<-- [end:k]\n")
+    marked = source_hash("kernels/k.py")
+    assert marked == plain  # markers added: the same measured text
+    path.write_text("# --8<-- [start:k]\ndef k(x):\n    y = x + 1\n    return y\n# --8<-- [end:k]\n")
+    assert source_hash("kernels/k.py") == marked  # or moved
+    path.write_text("# --8<-- [start:k]\ndef k(x):\n    y = x + 2\n    return y\n# --8<-- [end:k]\n")
+    assert source_hash("kernels/k.py") != marked  # the code changed
+    path.write_text("# --8<-- [start:k]\ndef k(x):\n    y = x + 1  # --8<-- [end:k]\n    return y\n")
+    assert source_hash("kernels/k.py") != marked  # a marker that shares a line with code is hashed with it
