@@ -14,7 +14,7 @@ def test_tile_budget():
     stored, fresh = snippets.check("snippets/ch09/tile_budget.py")
     assert fresh == stored
     assert "(100% of the products)" in fresh and "(50% of the products)" in fresh
-    assert "each computing warpgroup 240" in fresh
+    assert "each computing thread 240" in fresh
 
 
 def test_persistent_pairs():

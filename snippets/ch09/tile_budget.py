@@ -20,7 +20,7 @@ for d in (64, 128):
 REGISTERS_PER_SM, THREADS, COPIER, COMPUTE_GROUPS = 65536, 3 * 128, 24, 2
 average = REGISTERS_PER_SM // THREADS // 8 * 8  # a register limit is a multiple of 8
 per_compute_thread = (average * THREADS - COPIER * 128) // (COMPUTE_GROUPS * 128)
-print(f"average {average} registers per thread; copying warpgroup {COPIER}; each computing warpgroup "
+print(f"average {average} registers per thread; each copying thread {COPIER}; each computing thread "
       f"{per_compute_thread}")
 fp32_tile = rows * 128 // 128  # a 64 x 128 fp32 tile spread over 128 threads: registers per thread
 # At the peak a thread holds O, S and the P the tensor cores still read; the new P is made from S a piece at a time
