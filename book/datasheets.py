@@ -26,8 +26,7 @@ H100_SXM = Datasheet("H100 SXM5 80GB", 132, 3.35, 989.0, H100_SOURCE)
 H100_PCIE = Datasheet("H100 PCIe 80GB", 114, 2.0, 756.0, H100_SOURCE)
 # The H200 datasheet prints 1,979 TFLOP/s of fp16 with sparsity; dense is half, as on the H100 (the same chip).
 H200_SXM = Datasheet("H200 SXM 141GB", 132, 4.8, 989.0,
-                     "NVIDIA H200 Tensor Core GPU datasheet, whose 1,979 TFLOP/s of fp16 is with sparsity: dense is "
-                     "half")
+                     "NVIDIA H200 Tensor Core GPU datasheet, fp16 halved from its 1,979 TFLOP/s with sparsity")
 A100_SXM_80GB = Datasheet("A100 SXM 80GB", 108, 2.039, 312.0, A100_SOURCE)
 A100_PCIE_80GB = Datasheet("A100 PCIe 80GB", 108, 1.935, 312.0, A100_SOURCE)
 A100_40GB = Datasheet("A100 40GB (SXM or PCIe)", 108, 1.555, 312.0, A100_SOURCE)
