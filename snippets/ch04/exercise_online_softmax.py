@@ -12,7 +12,7 @@ def online_softmax_blocks(x, block_size):
         m_new = max(m, block.max())
         if m_new == -math.inf:
             continue  # the blocks so far hold only -inf: l stays 0
-        # The two missing lines of the exercise: rescale the old sum to the new max, add this block.
+        # The missing line of the exercise: rescale the old sum to the new max, add this block.
         l = l * math.exp(m - m_new) + np.exp(block - m_new).sum()
         m = m_new
     if l == 0.0:
