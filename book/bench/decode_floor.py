@@ -316,8 +316,8 @@ def layers(result: dict) -> str:
     return table_ + (
         f"\n\nAlone: each step in a graph of its own, as in the tables above. Per layer: one graph runs the step for "
         f"each of {r['layers']} layers, every layer with its own queries, keys and values and all of them sharing one "
-        f"tensor of lengths, and its time is divided by {r['layers']}. The first of two passes (the table of both "
-        f"passes, further down the page, compares them); the L2 cache cleared by reading before each graph."
+        f"tensor of lengths, and its time is divided by {r['layers']}. The first of two passes; the L2 cache "
+        f"cleared by reading before each graph."
         + (f" Between passes, ours and cuDNN's per layer changed by at most {max(moves):.1%}." if moves else "")
         + f"\n\nPer layer, two empty kernels take {two:.1f} µs at batch 1 with {TARGET_CONTEXT:,} keys, against "
         f"{r['empty_two_us']:.1f} µs alone. There our step takes {r['layer_ours_us']:.2f} µs per layer, "
