@@ -203,7 +203,7 @@ def table(result: dict) -> str:
         body.append([r["dtype"], r["head_dim"], "yes" if r["causal"] else "no", f"{r['N']:,}",
                      r["ours_backward"], r["sdpa_flash_backward"], r["sdpa_cudnn_backward"],
                      r["sdpa_efficient_backward"], r["plain_backward"], ratio and f"{ratio:.2f}×"])
-    return render.table(["dtype", "D", "causal", "N", "ours", "FA2", "cuDNN", "mem-eff.", "plain",
+    return render.table(["dtype", "head dim", "causal", "N", "ours", "FA2", "cuDNN", "mem-eff.", "plain",
                          "ours / FA2"], body) + (
         "\n\nBackward TFLOP/s (2.5 times the forward's FLOPs over the backward's time, which is the forward and "
         "backward step's time minus the forward's, both timed in the same turns); — means the implementation "
@@ -215,7 +215,7 @@ def step_table(result: dict) -> str:
     body = [[r["dtype"], r["head_dim"], "yes" if r["causal"] else "no", f"{r['N']:,}", r["ours_step"],
              r["sdpa_flash_step"], r["sdpa_cudnn_step"], r["sdpa_efficient_step"], r["plain_step"]]
             for r in _speed(result)]
-    return render.table(["dtype", "D", "causal", "N", "ours", "FA2", "cuDNN", "mem-eff.", "plain"], body) + (
+    return render.table(["dtype", "head dim", "causal", "N", "ours", "FA2", "cuDNN", "mem-eff.", "plain"], body) + (
         "\n\nForward and backward TFLOP/s (3.5 times the forward's FLOPs over the step's time).")
 
 
@@ -223,7 +223,8 @@ def plot(result: dict):
     """Backward TFLOP/s against N, fp16, one panel per head dim and causal setting."""
     rows = [r for r in _speed(result) if r["dtype"] == "float16"]
     return speed_panels(rows, sorted({(r["head_dim"], r["causal"]) for r in rows}), NAMES,
-                        lambda d, causal: f"D = {d}, {'causal' if causal else 'non-causal'}", "backward TFLOP/s (fp16)")
+                        lambda d, causal: f"head dim {d}, {'causal' if causal else 'non-causal'}",
+                        "backward TFLOP/s (fp16)")
 
 
 def speed_panels(rows: list[dict], shapes, names: dict[str, str], title, ylabel: str):
@@ -246,7 +247,7 @@ def targets(result: dict) -> str:
     dtype, d, causal, n = low_key
     return (f"From N = {TARGET_FROM:,} on, the readable backward is at or above SDPA's FlashAttention-2 backend in "
             f"{met} of {len(ratios)} rows (ratios {min(ratios.values()):.2f} to {max(ratios.values()):.2f}); the "
-            f"lowest is {dtype} D = {d} {'causal' if causal else 'non-causal'} N = {n:,}. "
+            f"lowest is {dtype}, head dim {d}, {'causal' if causal else 'non-causal'}, N = {n:,}. "
             + ("Nowhere below " if min(ratios.values()) >= FLOOR_RATIO else "Below ")
             + f"{FLOOR_RATIO:.1f}×" + ("." if min(ratios.values()) >= FLOOR_RATIO else " in some rows."))
 
@@ -273,7 +274,8 @@ def memory_table(result: dict) -> str:
     body = [[f"{r['N']:,}", gib(r["ours_peak_bytes"]), gib(r["sdpa_flash_peak_bytes"]),
              gib(r["sdpa_cudnn_peak_bytes"]), gib(r["sdpa_efficient_peak_bytes"]), gib(r["plain_peak_bytes"]),
              f"{r['score_matrix_bytes'] / GiB:.3g}"] for r in rows]
-    return render.table(["N", "ours", "FA2", "cuDNN", "mem-eff.", "plain", "one N×N matrix, all heads"], body)
+    return render.table(["N", "ours GiB", "FA2 GiB", "cuDNN GiB", "mem-eff. GiB", "plain GiB",
+                         "one N×N matrix, all heads, GiB"], body)
 
 
 BENCHMARK = Benchmark(
