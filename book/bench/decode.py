@@ -344,8 +344,9 @@ def _dtype_table(result: dict, dtype: str) -> str:
     return render.table(headers, body) + (
         f"\n\nMicroseconds per decode step, {short}, head dim 128, from CUDA graphs taken in turns, the L2 cache "
         "cleared by reading before each call; plain calls are timed by do_bench, which clears it by writing. The copy "
-        "reference is the bytes of K and V over the copy bandwidth measured in the same run. — means the backend "
-        "refused. ch. 5: chapter 5's kernel; FA2, mem-eff., cuDNN and math: SDPA's FlashAttention-2, "
+        "reference is the bytes of K and V over the copy bandwidth measured in the same run (bytes read plus "
+        "written per second). — means the backend refused, or for ch. 5, not run: its repeated K or V would pass "
+        "2³¹ elements. ch. 5: chapter 5's kernel; FA2, mem-eff., cuDNN and math: SDPA's FlashAttention-2, "
         "memory-efficient, cuDNN and math backends. The last column is above 1 where the book's kernel is faster. "
         f"The {other} rows are in a table of their own; the targets count both dtypes.")
 
