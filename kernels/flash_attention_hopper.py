@@ -265,6 +265,7 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
                         rows = gl.arange(0, ROWS_PER_WARPGROUP, gl.SliceLayout(1, s_layout))
                         gl.store(lse_ptr + q_row + rows, rows * 0.0 - float("inf"), mask=first_row + rows < dims[0])
         else:
+            # --8<-- [start:overlap]
             # Tile 0 on its own: its scores, then its softmax (nothing to overlap with yet).
             mbarrier.wait(k_ready.index(tile % stages), (tile // stages) & 1)
             s = gl.zeros([ROWS_PER_WARPGROUP, block_n], gl.float32, s_layout)
@@ -318,6 +319,7 @@ def _compute_partition(descs, smem, bars, dims, schedule, qk_scale, lse_ptr, WAR
             else:
                 l_safe = gl.where(l_i == 0.0, 1.0, l_i)  # a row that saw no key: output 0, logsumexp -inf
             out = acc / gl.convert_layout(l_safe, o_rows)[:, None]
+            # --8<-- [end:overlap]
 
             if WHOLE:
                 _store_out(o_desc, o, out, q_row)
