@@ -46,7 +46,7 @@ def test_a_second_gpu_gets_its_own_tab_in_every_view(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     html = (tmp_path / "site/chapters/02-vector-add/index.html").read_text()
     page = (book / "docs/chapters/02-vector-add.md").read_text()
-    views = re.findall(r"^<!-- results: vector_add ([\w-]+) -->$", page, re.MULTILINE)
+    views = re.findall(r"^ *<!-- results: vector_add ([\w-]+) -->$", page, re.MULTILINE)  # indented in a note too
 
     # One tab set per view, each with one tab per GPU (two views in a row must not merge into one set), the
     # reference GPU's first, then the others by folder name.
