@@ -599,13 +599,16 @@ def one_step(index: int):
                 continue
             change, bound = now["tflops"] / before["tflops"] - 1, bounds.get((d, c))
             verdict = None if bound is None else "beyond the noise" if abs(change) > bound else "within the noise"
+            repeats = [a / b - 1 for a, b in zip(now.get("tflops_repeats") or [], before.get("tflops_repeats") or [],
+                                                 strict=False) if a and b]
             body.append([_label(d, c), f"{before['tflops']:.0f}", f"{now['tflops']:.0f}", f"{change:+.1%}",
+                         ", ".join(f"{r:+.1%}" for r in repeats) or None,
                          None if bound is None else f"{bound:.1%}", verdict])
-        headers = ["column", f"step {STEPS.index(base)} TFLOP/s", f"step {index} TFLOP/s", "change", "noise bound",
-                   "verdict"]
+        headers = ["column", f"step {STEPS.index(base)} TFLOP/s", f"step {index} TFLOP/s", "change",
+                   "change in each repeat", "noise bound", "verdict"]
         return render.table(headers, body) + (
-            f"\n\nAgainst step {STEPS.index(base)}, {base.title}: backward TFLOP/s, N = {N:,}, fp16; change from "
-            "unrounded figures.")
+            f"\n\nAgainst step {STEPS.index(base)}, {base.title}: backward TFLOP/s, N = {N:,}, fp16, from the first "
+            "of the repeats of the same turns; change and verdict from unrounded figures of that repeat.")
     return view
 
 
