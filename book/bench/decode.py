@@ -300,7 +300,7 @@ def run(progress: Progress) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------
 # Views
 
-LEVEL = 0.98  # a row within 2% of the fastest SDPA backend, the spread between runs (chapter 13), counts as level
+from book.bench.decode_models import LEVEL  # one rule of "level" for both of chapter 12's grids
 
 
 def _rows(result: dict, kind: str) -> list[dict]:
