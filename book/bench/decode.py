@@ -300,7 +300,8 @@ def run(progress: Progress) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------
 # Views
 
-from book.bench.decode_models import LEVEL  # noqa: E402 (in the views section, left out of the hash). One rule of "level" for both of chapter 12's grids
+# One rule of "level" for both of chapter 12's grids; imported here, in the views section, left out of the hash.
+from book.bench.decode_models import LEVEL  # noqa: E402
 
 
 def _rows(result: dict, kind: str) -> list[dict]:
