@@ -113,8 +113,8 @@ def table(result: dict) -> str:
              f"{r['code_cost']:.3f}", f"{r['partial_length']:.0f}", f"{r['length_cost']:.3f}",
              f"{r['to_whole']:.3f}"] for r in result["rows"]]
     return render.table(["N", "Whole length", "Batch", "Whole code (TFLOP/s)", "Partial code, whole length",
-                         "Code's cost", "Partial code, length N", "Length's cost", "N / whole (any-length ratio)"],
-                        rows)
+                         "Code's cost", "Partial code, length N", "Length's cost",
+                         "N / whole, this probe (as in the any-length table)"], rows)
 
 
 def summary(result: dict) -> str:
