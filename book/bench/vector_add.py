@@ -104,6 +104,8 @@ def _measure(n: int) -> dict:
     }
 
 
+# Views
+
 def _sizes(result: dict) -> list[dict]:
     """The rows of the size sweep (a file measured before the idle rows has only those, without a kind)."""
     return [row for row in result["rows"] if row.get("kind", "size") == "size"]
@@ -168,7 +170,7 @@ def crossover(result: dict) -> str:
     else:
         fastest = max(hosted, key=lambda row: row["cpu_ms"] / row["triton_ms"])
         text = (f"In this run the GPU (the Triton kernel) is faster than the host CPU from {gpu_from['n']:,} "
-                f"elements on: {gpu_from['cpu_ms'] / gpu_from['triton_ms']:.1f}× at {gpu_from['n']:,}, and up to "
+                f"elements on: {gpu_from['cpu_ms'] / gpu_from['triton_ms']:.2f}× at {gpu_from['n']:,}, and up to "
                 f"{fastest['cpu_ms'] / fastest['triton_ms']:.0f}× (at {fastest['n']:,}).")
         if cpu_ahead:
             text += f" The CPU is as fast or faster at {_listed(cpu_ahead)} elements, where the GPU time is "
