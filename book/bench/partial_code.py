@@ -114,8 +114,8 @@ def run(progress: Progress) -> list[dict]:
 
 def table(result: dict) -> str:
     rows = [[r["model"], f"{r['N']:,}", f"{r['whole']:,}", r["batch"], f"{r['whole_code']:.0f}",
-             f"{r['partial_code']:.0f}", f"{r['code_cost']:.3f}", f"{r['partial_length']:.0f}", f"{r['length_cost']:.3f}",
-             f"{r['to_whole']:.3f}"] for r in result["rows"]]
+             f"{r['partial_code']:.0f}", f"{r['code_cost']:.3f}", f"{r['partial_length']:.0f}",
+             f"{r['length_cost']:.3f}", f"{r['to_whole']:.3f}"] for r in result["rows"]]
     return render.table(["Model", "N", "Whole length", "Batch", "Whole code (TFLOP/s)", "Partial code, whole length",
                          "Code's cost", "Partial code, length N", "Length's cost",
                          "N / whole, this probe (as in the any-length table)"], rows)
