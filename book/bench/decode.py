@@ -362,8 +362,8 @@ def targets(result: dict) -> str:
     small = [r for r in rows if r["batch"] == 1 and r["context"] == 8192]
     large_met = sum(r["ours_share"] >= TARGET_LARGE for r in large)
     small_shares = ", ".join(f"{r['dtype']} {r['q_heads']}/{r['kv_heads']} heads {r['ours_share']:.0%}" for r in small)
-    return (f"Level with the fastest SDPA backend or ahead, that is within {1 - LEVEL:.0%} of it (the spread "
-            f"between runs), in {level} of {len(peer)} rows (target: all); strictly at or above it in {beat} of "
+    return (f"Level with the fastest SDPA backend or ahead, that is within {1 - LEVEL:.0%} of it (the margin for "
+            f"level), in {level} of {len(peer)} rows (target: all); strictly at or above it in {beat} of "
             f"{len(peer)}. At least "
             f"{TARGET_LARGE:.0%} of the copy reference in {large_met} of the {len(large)} rows with at least "
             f"{LARGE_BYTES // MiB} MiB of K and V (target: all). At batch 1 with an 8K context: {small_shares} of the "

@@ -509,7 +509,7 @@ def targets(result: dict) -> str:
     kind = "success" if ok else "warning"
     strict = sum(ratio >= TARGET for _, ratio in graphs)
     return (f'!!! {kind} "Targets: in graphs level with the fastest SDPA backend (at least {LEVEL:.2f}×: within '
-            f'2%, the spread between runs); a Decoder\'s plain call at least {TARGET:.1f}× cuDNN\'s plain call; '
+            f'2%, the margin for level); a Decoder\'s plain call at least {TARGET:.1f}× cuDNN\'s plain call; '
             f'{TARGET_LARGE:.0%} of the copy reference from {LARGE_BYTES // MiB} MiB of K and V"\n'
             f"    {summary(graphs, 'In graphs, against the fastest SDPA backend', LEVEL)} At or above 1.00×: "
             f"{strict} of {len(graphs)}.\n"
