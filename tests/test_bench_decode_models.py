@@ -67,11 +67,11 @@ def test_targets_count_each_comparison_and_name_the_misses():
     text = bench.targets(RESULT)
     assert text.startswith('!!! warning "Targets')
     assert "In graphs, against the fastest SDPA backend: 2 of 3 rows at or above 0.98× (below: Qwen2.5-7B batch 4 " \
-           "2,048 keys 0.900×). At or above 1.00×: 2 of 3." in text
+           "2,048 keys 0.9000×). At or above 1.00×: 2 of 3." in text
     assert "Plain calls of a Decoder (planned once), against cuDNN plain calls: 1 of 2 rows" in text  # Gemma: refused
-    assert "(below: Llama-3.1-8B batch 1 20,000 keys 0.833×)" in text  # 25 / 30
+    assert "(below: Llama-3.1-8B batch 1 20,000 keys 0.8333×)" in text  # 25 / 30
     assert "Plain calls of decode() (the one-line convenience, not a target), against cuDNN: 1 of 2" in text
-    assert "Llama-3.1-8B batch 1 20,000 keys 0.278×" in text
+    assert "Llama-3.1-8B batch 1 20,000 keys 0.2778×" in text
     level = {"rows": [_grid("Qwen2.5-7B", 4, 2048, 10.0, 9.9, 11.0, 40.0, plain=(20.0, 18.0, 25.0))]}
     text = bench.targets(level)  # 0.990x in graphs: level, not ahead; the Decoder's plain call ahead
     assert text.startswith('!!! success "Targets')

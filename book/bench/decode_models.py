@@ -488,7 +488,7 @@ def targets(result: dict) -> str:
         missed = sorted(((ratio, r) for r, ratio in pairs if ratio < bound), key=lambda x: x[0])
         text = f"{what}: {len(met)} of {len(pairs)} rows at or above {bound:.2f}×"
         if missed:
-            text += " (below: " + "; ".join(f"{r['model']} batch {r['batch']} {r['context']:,} keys {ratio:.3f}×"
+            text += " (below: " + "; ".join(f"{r['model']} batch {r['batch']} {r['context']:,} keys {ratio:.4f}×"
                                             for ratio, r in missed) + ")"
         return text + "."
 
