@@ -59,3 +59,22 @@ def test_grouped_order_views_compare_every_group_with_the_default():
     table = grouped_order.table({"rows": rows})
     assert "| float16 | 8 | 608 | 1.000 | 640 |" in table
     assert "the fastest setting 1.105× the slowest" in grouped_order.summary({"rows": rows})
+
+
+def test_real_models_spread_judges_each_row_by_every_repeat(monkeypatch):
+    from book.bench import real_models_spread as spread
+
+    times = iter([{"ours": 1.0, "sdpa_cudnn": 0.99, "sdpa_flash": 2.0}, {"ours": 1.0, "sdpa_cudnn": 1.01},
+                  {"ours": 1.0, "sdpa_cudnn": 0.98}, {"ours": 1.0, "sdpa_cudnn": 0.97},
+                  {"ours": 1.0, "sdpa_cudnn": 0.99}])
+    monkeypatch.setattr(spread, "gpu_ms_interleaved", lambda fns, budget_ms: next(times))
+    log = []
+    medians = spread._repeated_timer(log)({"ours": None, "sdpa_cudnn": None})
+    assert medians == {"ours": 1.0, "sdpa_cudnn": 0.99} and len(log) == 1 and len(log[0]) == spread.REPEATS
+    row = spread._spread({"model": "M", "N": 8191, "kind": "prefill"}, log[0])
+    assert row["ratios"] == [0.99, 1.01, 0.98, 0.97, 0.99] and row["verdict"] == "level"
+    behind = spread._spread({"model": "M", "N": 8191, "kind": "training"}, [{"ours": 1.0, "sdpa_cudnn": 0.9}] * 3)
+    assert behind["verdict"] == "behind"
+    result = {"rows": [row, behind]}
+    assert "| M | 8,191 | prefill | 0.990 | 0.970–1.010 | level |" in spread.table(result)
+    assert "1 were behind the fastest SDPA backend in every repeat, 1 level" in spread.summary(result)
