@@ -26,7 +26,7 @@ def test_registered_with_the_crossover_view():
 
 def test_crossover_is_read_from_the_rows():
     text = bench.crossover(_result(ROWS))
-    assert "faster than the host CPU from 100,000 elements on: 2.0× at 100,000" in text
+    assert "faster than the host CPU from 100,000 elements on: 2.00× at 100,000" in text
     assert "up to 120× (at 100,000,000)" in text
     assert "as fast or faster at 1,000 and 10,000 elements, where the GPU time is 4.0 to 4.5 µs" in text
     assert "Up to 1,000,000 elements for the Triton kernel, and up to 1,000,000 for the copy" in text
