@@ -52,9 +52,9 @@ def test_the_grid_names_the_models_of_the_issue():
 
 def test_graphs_table_gives_the_fastest_backend_over_ours():
     text = bench.graphs_table(RESULT)
-    assert "| Llama-3.1-8B | 32/8 | 128 | 1 | 20,000 | 10.0 | 12.0 | 20.0 | 30.0 | 1.200× |" in text
-    assert "| Qwen2.5-7B | 28/4 | 128 | 4 | 2,048 | 10.0 | 9.0 | 11.0 | 40.0 | 0.900× |" in text
-    assert "| Gemma 7B | 16/16 | 256 | 1 | 2,048 | 10.0 | — | 12.0 | 14.0 | 1.200× |" in text
+    assert "| Llama-3.1-8B | 32/8 | 128 | 1 | 20,000 | 10.0 | 12.0 | 20.0 | 30.0 | 1.2000× |" in text
+    assert "| Qwen2.5-7B | 28/4 | 128 | 4 | 2,048 | 10.0 | 9.0 | 11.0 | 40.0 | 0.9000× |" in text
+    assert "| Gemma 7B | 16/16 | 256 | 1 | 2,048 | 10.0 | — | 12.0 | 14.0 | 1.2000× |" in text
 
 
 def test_plain_table_compares_both_of_our_calls_with_cudnns_plain_call():

@@ -361,8 +361,8 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     return None if numerator is None or denominator is None else numerator / denominator
 
 
-def _x(value: float | None) -> str | None:
-    return None if value is None else f"{value:.3f}×"
+def _x(value: float | None, digits: int = 3) -> str | None:
+    return None if value is None else f"{value:.{digits}f}×"
 
 
 def graphs_table(result: dict) -> str:
@@ -371,7 +371,7 @@ def graphs_table(result: dict) -> str:
         key, best = _fastest(r)
         body.append([r["model"], f"{r['heads']}/{r['kv_heads']}", r["head_dim"], r["batch"], f"{r['context']:,}",
                      _fmt(r["ours_us"]), *(_fmt(r.get(f"{k}_us")) for k in SDPA_BACKENDS),
-                     _x(_ratio(best, r["ours_us"]))])
+                     _x(_ratio(best, r["ours_us"]), digits=4)])
     headers = ["model", "heads q/kv", "D", "batch", "context", "ours µs", "cuDNN µs", "FA2 µs", "mem-eff. µs",
                "fastest SDPA / ours"]
     return render.table(headers, body) + (

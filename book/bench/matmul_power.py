@@ -118,7 +118,8 @@ def summary(result: dict) -> str:
             for dtype, mode, picked in _by_way(result) if dtype == "float16"}
     low, high = min(fp16, key=fp16.get), max(fp16, key=fp16.get)
     return (f"In this run the same fp16 {N:,}³ matmul ran at {fp16[low]:.0f} TFLOP/s {low} and at {fp16[high]:.0f} "
-            f"{high}: {fp16[high] / fp16[low]:.2f}× apart, the clock and power columns beside them.")
+            f"{high}: {fp16[high] / fp16[low]:.2f}× apart. The clock and power columns show the GPU's state "
+            "during each way.")
 
 
 BENCHMARK = Benchmark(

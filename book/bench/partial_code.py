@@ -117,8 +117,10 @@ def table(result: dict) -> str:
              f"{r['partial_code']:.0f}", f"{r['code_cost']:.3f}", f"{r['partial_length']:.0f}",
              f"{r['length_cost']:.3f}", f"{r['to_whole']:.3f}"] for r in result["rows"]]
     return render.table(["Model", "N", "Whole length", "Batch", "Whole code (TFLOP/s)", "Partial code, whole length",
-                         "Code's cost", "Partial code, length N", "Length's cost",
-                         "N / whole, this probe (as in the any-length table)"], rows)
+                         "Code's cost: partial / whole code", "Partial code, length N",
+                         "Length's cost: length N / whole length", "Both: N / whole (as in the any-length table)"],
+                        rows) + ("\n\nThe three ratios are speeds (TFLOP/s over TFLOP/s): below 1 is slower. "
+                                 "The two costs multiply to the last column.")
 
 
 def summary(result: dict) -> str:
