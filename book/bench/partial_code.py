@@ -118,7 +118,7 @@ def table(result: dict) -> str:
              f"{r['length_cost']:.3f}", f"{r['to_whole']:.3f}"] for r in result["rows"]]
     return render.table(["Model", "N", "Whole length", "Batch", "Whole code (TFLOP/s)", "Partial code, whole length",
                          "Code's cost: partial / whole code", "Partial code, length N",
-                         "Length's cost: length N / whole length", "Both: N / whole (as in the any-length table)"],
+                         "Length's cost: length N / whole length", "Both: N / whole (the any-length ratio, this run)"],
                         rows) + ("\n\nThe three ratios are speeds (TFLOP/s over TFLOP/s): below 1 is slower. "
                                  "The two costs multiply to the last column.")
 
