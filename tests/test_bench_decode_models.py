@@ -128,3 +128,11 @@ def test_gpu_one_row_of_each_kind(monkeypatch):
     assert short["ours_capacity_us"] > 0 and short["ours_exact_error"] < bench.RTOL
     host = bench.host_row()
     assert 0 < host["check_us"] < host["call_us"] < host["decode_us"]
+
+
+def test_the_85_percent_target_is_chapter_12s_own():
+    """decode_models restates decode's target constants (importing them at module level would be circular); they
+    must stay equal, or the chapter would hold its two grids to different targets."""
+    from book.bench import decode
+
+    assert (bench.LARGE_BYTES, bench.TARGET_LARGE) == (decode.LARGE_BYTES, decode.TARGET_LARGE)
