@@ -99,6 +99,7 @@ def rank_main(rank: int, init_file: str, result_file: str) -> None:
         losses = train_share(rank, device)
         if rank == 0:
             torch.save(losses, result_file)
+        dist.barrier()  # both ranks done with the group before either tears it down (gloo could abort otherwise)
     finally:
         dist.destroy_process_group()
 
