@@ -39,9 +39,3 @@ def rng() -> torch.Generator:
     generator.seed()
     return generator
 
-
-# On a CPU, about one run in six of snippets/ch14/train_two_ranks.py ends with a gloo rank aborting as the process
-# group is torn down, after the losses are written. A barrier before destroy_process_group stopped it in 14 runs of
-# 14; the snippet is a measured source of the two-GPU training record, so that change waits for its next two-GPU
-# measurement. Until then the two tests that run it run it a second time after this abort, and only after it.
-TEARDOWN_ABORT = "terminate called without an active exception"
