@@ -241,10 +241,15 @@ def plan(q: torch.Tensor, kv_heads: int, capacity: int, page_size: int = 0, num_
         return [(min(block_n or n, page_size or 256), num_stages or s) for n, s in table]
 
     def per_sm(tile):
+        """Programs of this tile per SM; None where the compiled kernel does not fit a program (the count above
+        is an estimate, and the compiler can need more: at head dim 256 with 128 rows, (64, 3) does)."""
         if not compiled:
             return programs_per_sm(*tile, rows, head_dim_pad, q.element_size(), shared)
         meta = split_meta(q, kv_heads, 2, *tile, page_size, programmatic_launch(q.device))
-        return resident_programs(*compiled_resources(meta, q, kv_heads), shared, registers)
+        try:
+            return resident_programs(*compiled_resources(meta, q, kv_heads), shared, registers)
+        except triton.runtime.errors.OutOfResources:
+            return None
 
     tiles = [t for t in candidates(TILES) if fits(t)]
     if not tiles and (block_n is not None or num_stages is not None):
@@ -252,19 +257,30 @@ def plan(q: torch.Tensor, kv_heads: int, capacity: int, page_size: int = 0, num_
         raise ValueError(f"block_n={n} with num_stages={s} needs about "
                          f"{shared_bytes(n, s, rows, head_dim_pad, q.element_size()) // 1024} KiB of shared memory "
                          f"per program at these shapes; this GPU gives a program {per_program // 1024} KiB")
-    tiles = tiles or [t for t in candidates(SMALL_TILES) if fits(t)] or candidates(SMALL_TILES)[-1:]
+    small = [t for t in candidates(SMALL_TILES) if fits(t)] or candidates(SMALL_TILES)[-1:]
+    # The first tile, in order, that the compiled kernel fits; SMALL_TILES only where none of TILES does.
+    counted = {}
+    for tile in tiles + small:
+        counted[tile] = per_sm(tile)
+        if counted[tile] is not None:
+            break
+    else:
+        raise ValueError(f"no tile of the split kernel fits a program's shared memory at these shapes "
+                         f"(rows {rows}, head dim {head_dim}, {q.dtype}); tried {list(counted)}")
+    tiles = [t for t in (tiles if tile in tiles else small) if counted.get(t, 0) is not None]  # tile comes first
     work, longest = batch, capacity  # the batch in sequences of `longest` keys
     if host_lengths is not None and max(host_lengths, default=0) > 0:
         longest = min(max(host_lengths), capacity)
         work = sum(min(n, capacity) for n in host_lengths) / longest
-    first = per_sm(tiles[0])
+    first = counted[tiles[0]]
     if num_splits is None:
         num_splits = choose_splits(work, kv_heads, longest, sm_count, tiles[0][0], first)
     keys_per_split = math.ceil(longest / num_splits)
     if keys_per_split > SHORT_SPLIT:  # choose_tile keeps the first: no need to compile the others
         return num_splits, *tiles[0]
-    counts = [first] + [per_sm(t) for t in tiles[1:]]
-    block_n, num_stages = tiles[choose_tile(batch * kv_heads * num_splits, sm_count, counts, keys_per_split)]
+    counts = [first] + [counted[t] if t in counted else per_sm(t) for t in tiles[1:]]
+    tiles, counts = zip(*[(t, c) for t, c in zip(tiles, counts, strict=True) if c is not None], strict=True)
+    block_n, num_stages = tiles[choose_tile(batch * kv_heads * num_splits, sm_count, list(counts), keys_per_split)]
     return num_splits, block_n, num_stages
 
 
