@@ -61,6 +61,7 @@ def _quantities() -> list[tuple[dict, Callable[[], object], Callable[[float], di
     return quantities
 
 
+# Views
 # Each quantity's measurement, its unit and how it is printed.
 MEASURE = {"copy": ("TBps", "TB/s", ".2f"), "matmul": ("TFLOPs", "TFLOP/s", ".0f"), "tiny kernel": ("us", "µs", ".1f")}
 

@@ -85,6 +85,7 @@ def _measure(n: int, dtype_name: str) -> dict:
     }
 
 
+# Views
 def _rows(result: dict, dtype: str) -> list[dict]:
     return sorted((row for row in result["rows"] if row["dtype"] == dtype), key=lambda row: row["n"])
 

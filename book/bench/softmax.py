@@ -80,7 +80,8 @@ def _measure(dtype_name: str, n_cols: int) -> dict:
     return row
 
 
-# ---- views: functions of a result dict, computed from its rows ----
+# Views
+# Functions of a result dict, computed from its rows.
 
 def _span(lo: float, hi: float, fmt: str, unit: str = "") -> str:
     """'90% to 93%', or just '90%' when both ends round the same."""
