@@ -65,7 +65,7 @@ def test_registered_under_chapter_11_with_every_kernel_it_calls():
     assert {"kernels/flash_attention.py", "kernels/flash_attention_backward.py", "kernels/flash_attention_fast.py",
             "kernels/flash_attention_hopper.py", "kernels/flash_attention_backward_fast.py",
             "kernels/flash_attention_backward_hopper.py", "book/bench/real_models.py"} <= set(benchmark.sources)
-    assert set(benchmark.views) == {"prefill-table", "training-table", "targets", "sharing", "checks"}
+    assert set(benchmark.views) == {"glance", "prefill-table", "training-table", "targets", "sharing", "checks"}
 
 
 def test_finish_finds_the_fastest_backend_and_leaves_refusals_as_none():
@@ -76,6 +76,16 @@ def test_finish_finds_the_fastest_backend_and_leaves_refusals_as_none():
     alone = ROWS[5]
     assert alone["best_peer"] is None and alone["ratio"] is None
     assert "sharing" not in ROWS[6]  # training rows have no repeated K/V
+
+
+def test_glance_gives_each_model_its_ranges_from_2k_and_every_path_it_took():
+    text = bench.glance(RESULT)
+    assert len(text.split("\n\n")[0].splitlines()) == 2 + 5  # one line per model, in the order measured
+    # Llama from 3,000 on: prefill 450 and 600 TFLOP/s (0.90x and 1.20x), training 260 (0.65x, backward fallback)
+    assert "| Llama-3.1-8B | 32/8 | 128 | Triton, ch. 10 (fallback) | 450–600 | 0.90–1.20× | 260 | 0.65× |" in text
+    assert "| Qwen2.5-7B | 28/4 | 128 | Triton | 500 | — | — | — |" in text  # no peer ran; no training row
+    assert "| Gemma 7B | 16/16 | 256 | ch. 10 (fallback), ch. 5 (fallback) | 200 | 0.40× | 100 | 0.25× |" in text
+    assert "N = 3,000, 8,191, 32,768" in text  # the 1,000 rows are left out
 
 
 def test_tables_show_every_row_the_path_and_dashes_for_refusals():
