@@ -91,7 +91,6 @@ def _decode_split(Q, K, V, Lens, BlockTable, OPart, LsePart, Out, Lse, qk_scale,
     for start in range(lo, hi, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         kv_ok = (cols[:, None] < hi) & d_ok[None, :]
-        # --8<-- [start:paged]
         if PAGE_SIZE > 0:  # a tile never straddles two pages: BLOCK_N divides PAGE_SIZE
             page = tl.load(BlockTable + batch * stride_table + start // PAGE_SIZE).to(tl.int64)
             rows_in_page = start % PAGE_SIZE + tl.arange(0, BLOCK_N)
@@ -100,7 +99,6 @@ def _decode_split(Q, K, V, Lens, BlockTable, OPart, LsePart, Out, Lse, qk_scale,
         else:
             k_ptrs = k_base + cols[:, None] * stride_kn
             v_ptrs = v_base + cols[:, None] * stride_vn
-        # --8<-- [end:paged]
         k = tl.load(k_ptrs + offs_d[None, :], mask=kv_ok, other=0.0)
         v = tl.load(v_ptrs + offs_d[None, :], mask=kv_ok, other=0.0)
         s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
