@@ -51,6 +51,10 @@ def test_views_show_every_row_and_the_misses():
     text = bench.targets({"rows": ROWS})
     assert text.startswith('!!! warning') and "training N = 3,000: 0.930" in text
     assert "Chunks: met in 1 of 1 rows" in text  # the chunk no backend took is not counted
+    summary = bench.summary({"rows": ROWS})  # the lines a reader sees with the notes closed
+    assert "runs at prefill 0.98 (lowest at N = 3,000) and training 0.93 (lowest at N = 3,000)" in summary
+    assert summary.endswith("A chunked prefill runs at 1.25× the fastest SDPA backend that takes its lower-right "
+                            "causal mask.")  # the chunk no backend took is left out
 
 
 def test_bottom_right_reference_is_the_causal_one_when_lengths_are_equal_and_sees_the_cache_otherwise():

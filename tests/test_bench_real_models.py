@@ -82,10 +82,11 @@ def test_glance_gives_each_model_its_ranges_from_2k_and_every_path_it_took():
     text = bench.glance(RESULT)
     assert len(text.split("\n\n")[0].splitlines()) == 2 + 5  # one line per model, in the order measured
     # Llama from 3,000 on: prefill 450 and 600 TFLOP/s (0.90x and 1.20x), training 260 (0.65x, backward fallback)
-    assert "| Llama-3.1-8B | 32/8 | 128 | Triton, ch. 10 (fallback) | 450–600 | 0.90–1.20× | 260 | 0.65× |" in text
+    assert "| Llama-3.1-8B | 32/8 | 128 | Triton; backward ch. 10 | 450–600 | 0.90–1.20× | 260 | 0.65× |" in text
     assert "| Qwen2.5-7B | 28/4 | 128 | Triton | 500 | — | — | — |" in text  # no peer ran; no training row
-    assert "| Gemma 7B | 16/16 | 256 | ch. 10 (fallback), ch. 5 (fallback) | 200 | 0.40× | 100 | 0.25× |" in text
-    assert "N = 3,000, 8,191, 32,768" in text  # the 1,000 rows are left out
+    assert "| Gemma 7B | 16/16 | 256 | ch. 5; backward ch. 10 | 200 | 0.40× | 100 | 0.25× |" in text
+    assert "N = 3,000, 8,191, 32,768" in text  # the 1,000 rows are left out of the table, and said below it
+    assert "below the target's range, on the fast path: prefill 0.75× the fastest SDPA backend at N = 1,000." in text
 
 
 def test_tables_show_every_row_the_path_and_dashes_for_refusals():

@@ -252,6 +252,30 @@ def chunked_table(result: dict) -> str:
         "memory.")
 
 
+def _range(low: float, high: float) -> str:
+    return f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}–{high:.2f}"
+
+
+def summary(result: dict) -> str:
+    """Two sentences a reader sees with the notes closed: what a length off the multiples of 128 costs, and how a
+    chunked prefill compares with SDPA."""
+    lengths = [r for r in result["rows"] if r["kind"] == "length"]
+    chunks = [r for r in result["rows"] if r["kind"] == "chunked" and r["ratio"] is not None]
+    parts = []
+    for mode in ("prefill", "training"):
+        rows = [r for r in lengths if r["mode"] == mode]
+        if rows:
+            low, high = (f(rows, key=lambda r: r["to_neighbour"]) for f in (min, max))
+            parts.append(f"{mode} {_range(low['to_neighbour'], high['to_neighbour'])} (lowest at N = {low['N']:,})")
+    text = (f"At {MODEL.name}'s attention, {DTYPE}, causal: a length that is not a multiple of 128 runs at "
+            f"{' and '.join(parts)} of the TFLOP/s at the nearest multiple, with the same batch.")
+    if chunks:
+        low, high = min(r["ratio"] for r in chunks), max(r["ratio"] for r in chunks)
+        text += (f" A chunked prefill runs at {_range(low, high)}× the fastest SDPA backend that takes its "
+                 "lower-right causal mask.")
+    return text
+
+
 def targets(result: dict) -> str:
     """Both targets, checked row by row."""
     lengths = [r for r in result["rows"] if r["kind"] == "length"]
@@ -280,6 +304,6 @@ BENCHMARK = Benchmark(
              "kernels/flash_attention_backward_fast.py", "kernels/flash_attention_backward_hopper.py",
              "book/bench/backward.py", "book/bench/real_models.py", "book/bench/any_length.py"],
     run=run,
-    views={"length-table": length_table, "chunked-table": chunked_table, "targets": targets},
+    views={"summary": summary, "length-table": length_table, "chunked-table": chunked_table, "targets": targets},
     awaiting_gpu="issue 51: the first GPU run of any length and chunked prefill",
 )

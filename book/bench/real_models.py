@@ -396,9 +396,11 @@ def glance(result: dict) -> str:
     for model in dict.fromkeys(r["model"] for r in result["rows"]):
         rows = [r for r in result["rows"] if r["model"] == model and r["N"] >= TARGET_FROM]
         first = rows[0]
-        paths = sorted({SHORT[r["forward_path"]] for r in rows}
-                       | {SHORT[r["backward_path"]] for r in rows if r["kind"] == "training"})
-        cells = [model, f"{first['heads']}/{first['kv_heads']}", first["head_dim"], ", ".join(paths)]
+        forward = sorted({SHORT[r["forward_path"]].removesuffix(" (fallback)") for r in rows})
+        backward = sorted({SHORT[r["backward_path"]].removesuffix(" (fallback)") for r in rows
+                           if r["kind"] == "training"})
+        kernels = ", ".join(forward) + (f"; backward {', '.join(backward)}" if backward and backward != forward else "")
+        cells = [model, f"{first['heads']}/{first['kv_heads']}", first["head_dim"], kernels]
         for kind in ("prefill", "training"):
             chosen = [r for r in rows if r["kind"] == kind]
             ratios = [r["ratio"] for r in chosen if r["ratio"] is not None]
@@ -406,12 +408,22 @@ def glance(result: dict) -> str:
                       _span(ratios, ".2f") + "×" if ratios else None]
         body.append(cells)
     lengths = sorted({r["N"] for r in result["rows"] if r["N"] >= TARGET_FROM})
-    return render.table(["model", "query/KV heads", "head dim", "paths ours took", "prefill: ours TFLOP/s",
+    short = []
+    for kind in ("prefill", "training"):
+        ratios = [r["ratio"] for r in result["rows"]
+                  if r["kind"] == kind and r["fast"] and r["N"] < TARGET_FROM and r["ratio"] is not None]
+        if ratios:
+            short.append(f"{kind} {_span(ratios, '.2f')}×")
+    shorter = ", ".join(f"{n:,}" for n in sorted({r["N"] for r in result["rows"] if r["N"] < TARGET_FROM}))
+    below = (f" Shorter prompts, below the target's range, on the fast path: {' and '.join(short)} the fastest SDPA "
+             f"backend at N = {shorter}." if short else "")
+    return render.table(["model", "query/KV heads", "head dim", "kernels", "prefill: ours TFLOP/s",
                          "prefill: ours / fastest SDPA", "training: ours TFLOP/s", "training: ours / fastest SDPA"],
                         body) + (
         f"\n\nRanges over N = {', '.join(f'{n:,}' for n in lengths)} and fp16 and bf16, a batch filling the GPU, "
-        "from CUDA graphs in turns. Above 1×: ours is faster than the fastest SDPA backend at that row. The full "
-        "tables, every row, are in the notes below.")
+        "each implementation replayed from a CUDA graph, taking turns with the others. Above 1×: ours is faster than "
+        "the fastest SDPA backend. Kernels: the chapter's kernels that ran, forward and backward (ch. 5 and ch. 10: "
+        f"the readable fallbacks).{below} The full tables, every row, are in the notes below.")
 
 
 def prefill_table(result: dict) -> str:
