@@ -43,6 +43,13 @@ def test_targets_count_each_target_and_name_the_small_case():
     assert "float16 32/8 heads 56%" in text and "bfloat16 32/8 heads 62%" in text  # 11.2 us over 20 and over 18
 
 
+def test_headline_puts_each_target_beside_what_the_run_measured():
+    text = bench.headline(RESULT)
+    assert "| level with the fastest SDPA backend, or ahead (within 2%) | 2 of 3 rows | missed |" in text
+    assert "| at least 85% of the copy reference from 256 MiB of K and V | 1 of 1 rows | met |" in text
+    assert "| 32/8 heads 56–62% | met in 1 of 2 rows |" in text  # fp16 and bf16 at batch 1, 8K: one range
+
+
 def test_targets_end_with_the_gaps_sentence():
     assert bench.targets(RESULT).endswith(bench.gaps(RESULT))
 

@@ -63,6 +63,14 @@ def test_plain_table_compares_both_of_our_calls_with_cudnns_plain_call():
     assert "| Qwen2.5-7B | 4 | 2,048 | 20.0 | 18.0 | 25.0 | 1.250× | 1.389× |" in text
 
 
+def test_headline_counts_the_targets_and_gives_the_mixed_batch():
+    text = bench.headline(RESULT)
+    assert "| in graphs: level with the fastest SDPA backend, or ahead (within 2%) | 2 of 3 rows | missed |" in text
+    assert "| plain calls: a Decoder at least 1.0× cuDNN's plain call | 1 of 2 rows | missed |" in text
+    assert "copy reference" not in text  # no row of 256 MiB here: no line rather than "0 of 0"
+    assert "| 8.0× faster | (no target) |" in text  # cuDNN 1,200 us on the padded cache, ours 150 us
+
+
 def test_targets_count_each_comparison_and_name_the_misses():
     text = bench.targets(RESULT)
     assert text.startswith('!!! warning "Targets')

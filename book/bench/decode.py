@@ -370,6 +370,32 @@ def targets(result: dict) -> str:
             f"copy reference (target: {TARGET_SMALL:.0%}).\n\n" + gaps(result))
 
 
+def headline(result: dict) -> str:
+    """The three targets of the chapter's grid in one small table: what each asks, what this run measured."""
+    rows = _rows(result, "decode")
+    peer = [r for r in rows if _best_peer(r)]
+    level = sum(_best_peer(r) / r["ours_us"] >= LEVEL for r in peer)
+    large = [r for r in rows if r["kv_bytes"] >= LARGE_BYTES]
+    large_met = sum(r["ours_share"] >= TARGET_LARGE for r in large)
+    small = [r for r in rows if r["batch"] == 1 and r["context"] == 8192]
+    small_met = [r for r in small if r["ours_share"] >= TARGET_SMALL]
+    by_heads: dict[tuple[int, int], list[float]] = {}
+    for r in sorted(small, key=lambda r: (-r["kv_heads"], r["q_heads"])):
+        by_heads.setdefault((r["q_heads"], r["kv_heads"]), []).append(r["ours_share"])
+    shares = [f"{q}/{kv} heads {min(v) * 100:.0f}" + ("" if round(min(v) * 100) == round(max(v) * 100)
+                                                       else f"–{max(v) * 100:.0f}") + "%"
+              for (q, kv), v in by_heads.items()]
+    body = [
+        ["level with the fastest SDPA backend, or ahead (within 2%)", f"{level} of {len(peer)} rows",
+         "met" if level == len(peer) else "missed"],
+        [f"at least {TARGET_LARGE:.0%} of the copy reference from {LARGE_BYTES // MiB} MiB of K and V",
+         f"{large_met} of {len(large)} rows", "met" if large_met == len(large) else "missed"],
+        [f"at least {TARGET_SMALL:.0%} of the copy reference at batch 1, 8K keys", "; ".join(shares),
+         "met" if len(small_met) == len(small) else f"met in {len(small_met)} of {len(small)} rows"],
+    ]
+    return render.table(["target", "this run (fp16 and bf16)", ""], body)
+
+
 def gaps(result: dict) -> str:
     """How many rows fall below the fastest SDPA backend at each cache length, and by how much at most."""
     ratios = [(_best_peer(r) / r["ours_us"], r) for r in _rows(result, "decode") if _best_peer(r)]
@@ -494,7 +520,8 @@ BENCHMARK = Benchmark(
     title="Chapter 12: one decode step against the bandwidth limit and every SDPA backend",
     sources=["kernels/flash_decoding.py", "kernels/flash_attention.py", "book/bench/decode.py"],
     run=run,
-    views={"table": table, "table-bf16": table_bf16, "targets": targets, "splits": splits_table, "tiles": tiles_table,
+    views={"headline": headline,
+           "table": table, "table-bf16": table_bf16, "targets": targets, "splits": splits_table, "tiles": tiles_table,
            "tile_memory": tile_memory_sentence,
            "paged": paged_table, "copy": copy_sentence, "plot": plot},
     awaiting_gpu="issue 21: the decode benchmark's first GPU run",
