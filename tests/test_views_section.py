@@ -12,7 +12,7 @@ from book.provenance import source_hash, views_section
 BENCH = ROOT / "book" / "bench"
 WITH_VIEWS = sorted(p.name for p in BENCH.glob("*.py") if views_section(p.read_text()))
 # Names the measuring code uses from a views section, each only to format the progress lines a run prints
-PRINTED_ONLY = {"decode_models.py": {"_fmt"}, "hbm_traffic.py": {"_dram"}}
+PRINTED_ONLY = {"decode_models.py": {"_fmt"}, "gpu_basics.py": {"_label"}, "hbm_traffic.py": {"_dram"}}
 
 
 def _defined(nodes) -> set[str]:

@@ -595,20 +595,17 @@ def one_step(index: int):
         for d, c in SHAPES:
             now, before = by.get((step.key, d, c)), by.get((base.key, d, c))
             if not (now and before and now["tflops"] and before["tflops"]):
-                body.append([_label(d, c), None, "did not run", None, None, None])
+                body.append([_label(d, c), None, "did not run", None, None])
                 continue
             change, bound = now["tflops"] / before["tflops"] - 1, bounds.get((d, c))
-            verdict = None if bound is None else "beyond the noise" if abs(change) > bound else "within the noise"
-            repeats = [a / b - 1 for a, b in zip(now.get("tflops_repeats") or [], before.get("tflops_repeats") or [],
-                                                 strict=False) if a and b]
-            body.append([_label(d, c), f"{before['tflops']:.0f}", f"{now['tflops']:.0f}", f"{change:+.1%}",
-                         ", ".join(f"{r:+.1%}" for r in repeats) or None,
-                         None if bound is None else f"{bound:.1%}", verdict])
-        headers = ["column", f"step {STEPS.index(base)} TFLOP/s", f"step {index} TFLOP/s", "change",
-                   "change in each repeat", "noise bound", "verdict"]
+            verdict = None if bound is None else (
+                f"{'beyond' if abs(change) > bound else 'within'} the noise (±{bound:.1%})")
+            body.append([_label(d, c), f"{before['tflops']:.0f}", f"{now['tflops']:.0f}", f"{change:+.1%}", verdict])
+        headers = ["column", f"step {STEPS.index(base)} TFLOP/s", f"step {index} TFLOP/s", "change", "verdict"]
         return render.table(headers, body) + (
             f"\n\nAgainst step {STEPS.index(base)}, {base.title}: backward TFLOP/s, N = {N:,}, fp16, from the first "
-            "of the repeats of the same turns; change and verdict from unrounded figures of that repeat.")
+            "of the repeats of the same turns; change and verdict from unrounded figures of that repeat. The noise "
+            "bound is the column's widest spread over the repeats (the note under \"The worklog, measured\").")
     return view
 
 
