@@ -28,5 +28,6 @@ for computing in (2, 3):
 print()
 for head_dim in (64, 128):
     o, s, p = head_dim // 2, 128 // 2, 128 // 4  # O (fp32), S for 128 keys (fp32), P for 128 keys (fp16)
-    print(f"head dim {head_dim:3d}: O {o} + S {s} + P {p} + P in flight {p} = {o + s + 2 * p}; "
-          f"at the peak O + S + P in flight = {o + s + p} registers, before indices and row statistics")
+    peak = o + s + p
+    print(f"head dim {head_dim:3d}: at the peak O {o} + S {s} + P in flight {p} = {peak} registers of data; "
+          f"left for indices and row statistics: {240 - peak} of 240, {160 - peak} of 160")
