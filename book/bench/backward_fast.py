@@ -410,25 +410,6 @@ def steps_table(result: dict) -> str:
         "fastest SDPA backend timed in the same turns. Steps in italics were tried and left out of the final kernel.")
 
 
-def step_deltas(result: dict) -> str:
-    """Each step's measured change against the last kept step before it, from unrounded TFLOP/s (a ratio of the
-    rounded figures in the table can differ in its last digit)."""
-    by = {(r["step"], r["head_dim"], r["causal"]): r for r in _rows(result, "step")}
-    lines, base = [], STEPS[0]
-    for step in STEPS[1:]:
-        parts = []
-        for d, c in SHAPES:
-            now, before = by.get((step.key, d, c)), by.get((base.key, d, c))
-            if now is None or now["tflops"] is None:
-                parts.append(f"{_label(d, c)}: did not run ({now['error'] if now else 'not measured'})")
-            else:
-                parts.append(f"{_label(d, c)} {now['tflops'] / before['tflops'] - 1:+.1%}")
-        lines.append(f"- **{step.title}** (against *{base.title}*): {'; '.join(parts)}.")
-        if step.kept:
-            base = step
-    return "\n".join(lines)
-
-
 def tile_changes(result: dict) -> str:
     """The tiles the autotuner picked in each autotuned step, where they differ from the last kept step before it."""
     by = {(r["step"], r["head_dim"], r["causal"]): r for r in _rows(result, "step")}
@@ -602,10 +583,7 @@ def one_step(index: int):
                 f"{'beyond' if abs(change) > bound else 'within'} the noise (±{bound:.1%})")
             body.append([_label(d, c), f"{before['tflops']:.0f}", f"{now['tflops']:.0f}", f"{change:+.1%}", verdict])
         headers = ["column", f"step {STEPS.index(base)} TFLOP/s", f"step {index} TFLOP/s", "change", "verdict"]
-        return render.table(headers, body) + (
-            f"\n\nAgainst step {STEPS.index(base)}, {base.title}: backward TFLOP/s, N = {N:,}, fp16, from the first "
-            "of the repeats of the same turns; change and verdict from unrounded figures of that repeat. The noise "
-            "bound is the column's widest spread over the repeats (the note under \"The worklog, measured\").")
+        return render.table(headers, body) + f"\n\nAgainst step {STEPS.index(base)}, {base.title}."
     return view
 
 
@@ -645,7 +623,7 @@ BENCHMARK = Benchmark(
              "kernels/flash_attention_hopper.py", "kernels/hopper_schedule.py", "book/bench/backward.py",
              "book/bench/backward_fast.py"],
     run=run,
-    views={"steps": steps_table, "deltas": step_deltas, "tiles": tile_changes, "predictions": predictions,
+    views={"steps": steps_table, "tiles": tile_changes, "predictions": predictions,
            "spills": spills, "dq": dq_table,
            "noise": noise, "ratio-noise": ratio_noise, "table": table, "step-table": step_table, "targets": targets,
            "versus-readable": versus_readable,
