@@ -579,9 +579,11 @@ def one_step(index: int):
                 body.append([_label(d, c), None, "did not run", None, None])
                 continue
             change, bound = now["tflops"] / before["tflops"] - 1, bounds.get((d, c))
+            digits = 2 if bound is not None and f"{abs(change):.1%}" == f"{bound:.1%}" else 1  # tell them apart
             verdict = None if bound is None else (
-                f"{'beyond' if abs(change) > bound else 'within'} the noise (±{bound:.1%})")
-            body.append([_label(d, c), f"{before['tflops']:.0f}", f"{now['tflops']:.0f}", f"{change:+.1%}", verdict])
+                f"{'beyond' if abs(change) > bound else 'within'} the noise (±{bound:.{digits}%})")
+            body.append([_label(d, c), f"{before['tflops']:.0f}", f"{now['tflops']:.0f}", f"{change:+.{digits}%}",
+                         verdict])
         headers = ["column", f"step {STEPS.index(base)} TFLOP/s", f"step {index} TFLOP/s", "change", "verdict"]
         return render.table(headers, body) + f"\n\nAgainst step {STEPS.index(base)}, {base.title}."
     return view
