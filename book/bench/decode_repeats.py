@@ -95,6 +95,9 @@ def _verdict(ratios: list[float]) -> str:
     return "behind" if max(ratios) < 1 else "ahead" if min(ratios) > 1 else "level"
 
 
+AGAINST = {"behind": "behind cuDNN", "level": "level with cuDNN", "ahead": "ahead of cuDNN"}
+
+
 def _span(values: list[float], fmt: str) -> str:
     return f"{min(values):{fmt}}–{max(values):{fmt}}"
 
@@ -134,12 +137,11 @@ def summary(result: dict) -> str:
         first = rows[0]
         where = f"{first['model']} batch {first['batch']} at {first['context']:,} keys"
         if first["missed"] == "plain call":
-            parts.append(f"{where}: {_verdict([r['sdpa_cudnn_plain_us'] / r['ours_plain_us'] for r in rows])} "
-                         "cuDNN as plain calls")
+            ratios = [r["sdpa_cudnn_plain_us"] / r["ours_plain_us"] for r in rows]
+            parts.append(f"{where}: {AGAINST[_verdict(ratios)]} as plain calls, {_span(ratios, '.2f')}×")
         elif first["missed"] == "level in graphs":
             ratios = [r["sdpa_cudnn_us"] / r["ours_us"] for r in rows]
-            parts.append(f"{where}: {_verdict(ratios)} with cuDNN in graphs, at least "
-                         f"{min(ratios):.3f}× in every repeat")
+            parts.append(f"{where}: {AGAINST[_verdict(ratios)]} in graphs, {_span(ratios, '.3f')}×")
         elif copy:
             shares = [first["kv_bytes"] / copy[0]["reference"] / (r["ours_us"] * 1e-6) for r in rows]
             parts.append(f"{where}: {TARGET_LARGE:.0%} of the copy reference reached in "
