@@ -83,7 +83,7 @@ def _probabilities(q, k, lse2, offs_m, offs_n, qk_scale, causal_offset, N_CTX_Q,
 # --8<-- [end:probabilities]
 
 
-# --8<-- [start:dkdv]
+# --8<-- [start:dkdv_tiles]
 @triton.jit
 def _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, stride_qm, stride_dom, offs_n, offs_d,
                 lo, hi, qk_scale, causal_offset, N_CTX_Q, N_CTX_K,
@@ -105,8 +105,10 @@ def _dkdv_tiles(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptrs, delta_ptrs, stride_qm, 
         ds = p * (dp - delta[:, None])  # dS = P ∘ (dP − D)
         dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk, input_precision=DOT_PRECISION)  # dK += dSᵀ Q
     return dk, dv
+# --8<-- [end:dkdv_tiles]
 
 
+# --8<-- [start:dkdv_kernel]
 @triton.jit
 def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, Lse, Delta, sm_scale, qk_scale,
                    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
@@ -164,10 +166,10 @@ def _attn_bwd_dkdv(Q, K, V, DO, DK, DV, Lse, Delta, sm_scale, qk_scale,
              dk.to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + batch * stride_dvb + kv_head * stride_dvh + offs_n[:, None] * stride_dvn + offs_d[None, :],
              dv.to(DV.dtype.element_ty), mask=kv_mask)
-# --8<-- [end:dkdv]
+# --8<-- [end:dkdv_kernel]
 
 
-# --8<-- [start:dq]
+# --8<-- [start:dq_tiles]
 @triton.jit
 def _dq_tiles(dq, q, do, lse2, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, offs_m, offs_d,
               lo, hi, qk_scale, causal_offset, N_CTX_Q, N_CTX_K,
@@ -186,8 +188,10 @@ def _dq_tiles(dq, q, do, lse2, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, offs
         ds = p * (dp - delta[:, None])  # dS = P ∘ (dP − D)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=DOT_PRECISION)  # dQ += dS K
     return dq
+# --8<-- [end:dq_tiles]
 
 
+# --8<-- [start:dq_kernel]
 @triton.jit
 def _attn_bwd_dq(Q, K, V, DO, DQ, Lse, Delta, sm_scale, qk_scale,
                  stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
@@ -239,7 +243,7 @@ def _attn_bwd_dq(Q, K, V, DO, DQ, Lse, Delta, sm_scale, qk_scale,
     dq = dq * sm_scale
     tl.store(DQ + batch * stride_dqb + head * stride_dqh + offs_m[:, None] * stride_dqm + offs_d[None, :],
              dq.to(DQ.dtype.element_ty), mask=q_mask)
-# --8<-- [end:dq]
+# --8<-- [end:dq_kernel]
 
 
 def _tiles(head_dim_pad: int, dtype: torch.dtype) -> dict:
