@@ -28,6 +28,13 @@ def test_forward_table_sets_the_ring_against_one_gpu():
     assert "| 32,768 | 32/8 | yes | zigzag | 6.00 | 733 | 10.00 | 1.67× |" in text
 
 
+def test_scaling_plot_draws_one_gpu_over_the_ring_per_mask_and_layout():
+    (axes,) = bench.scaling(RESULT).axes
+    lines = {line.get_label(): list(line.get_ydata()) for line in axes.get_lines()
+             if not line.get_label().startswith("_")}  # the two reference lines are unlabelled
+    assert lines == {"no mask, contiguous": [1.8], "causal, zigzag": [30.0 / 18.0]}  # training: 3 x one GPU's forward
+
+
 def test_hidden_share_is_the_time_saved_per_turn_over_the_sends_alone():
     text = bench.hidden(RESULT)
     # forward: one 1 ms send, 0.5 ms saved (median of turns), range 0.2 ms: 50% hidden; training: 6 sends of 1 ms

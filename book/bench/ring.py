@@ -398,6 +398,21 @@ def training_table(result: dict) -> str:
         "\n\nForward and backward (3.5 times the forward's FLOPs), as the forward table measures them.")
 
 
+def scaling(result: dict):
+    """One GPU's time over the ring's for the training step, against the length: one line per mask and layout,
+    32/8 heads (the rows where one GPU ran)."""
+    series = {}
+    for causal, layout in ((False, "contiguous"), (True, "contiguous"), (True, "zigzag")):
+        rows = sorted((r for r in _rows(result) if r["causal"] == causal and r["layout"] == layout
+                       and (r["heads"], r["kv_heads"]) == (32, 8)), key=lambda r: r["N"])
+        label = f"{'causal' if causal else 'no mask'}, {layout}"
+        series[label] = ([r["N"] for r in rows], [None if r.get("one_gpu_training_ms") is None else
+                                                  r["one_gpu_training_ms"] / r["training_ms"] for r in rows])
+    return render.line_plot(series, xlabel="tokens in the sequence", ylabel="one GPU / ring (training step)",
+                            title=f"The ring on {WORLD} GPUs against one GPU, 32/8 heads",
+                            hlines={f"a perfect split ({WORLD}×)": float(WORLD), "one GPU's speed": 1.0})
+
+
 def all_to_all_table(result: dict) -> str:
     """The all-to-all (timed on the contiguous rows, the only layout it takes) against the ring's layout for the
     mask: zigzag where causal (where it was timed), contiguous otherwise."""
@@ -648,7 +663,8 @@ BENCHMARK = Benchmark(
              "kernels/flash_attention_backward.py", "kernels/flash_attention_backward_fast.py",
              "kernels/flash_attention_backward_hopper.py", "book/bench/ring.py"],
     run=run,
-    views={"forward": forward_table, "training": training_table, "all-to-all": all_to_all_table, "hidden": hidden,
+    views={"scaling": scaling, "forward": forward_table, "training": training_table, "all-to-all": all_to_all_table,
+           "hidden": hidden,
            "projection": projection, "context-parallel": context_parallel_table, "long": long_sentence,
            "targets": targets, "link": link, "clocks": clocks},
     awaiting_gpu="issue 53: needs two GPUs of one host (nvidia-h200-x2)",
