@@ -104,7 +104,9 @@ def _render_view(benchmark_name: str, view_name: str, figures: dict[str, bytes])
         else:
             uri = f"figures/{benchmark_name}-{view_name}-{provenance['gpu_slug']}.svg"
             figures[uri] = render.svg_bytes(output)
-            body = f"![{benchmark.title}: {view_name}]({{figures}}/{uri.split('/', 1)[1]})"
+            titles = [ax.get_title() for ax in output.axes if ax.get_title()]  # the figure's own title, if it has one
+            alt = titles[0] if titles else f"{benchmark.title}: {view_name}"
+            body = f"![{alt}]({{figures}}/{uri.split('/', 1)[1]})"
         notice = _stale_notice(provenance)
         if notice:
             log.info("Stale results: %s/%s was measured on older sources (%s)", provenance["gpu_slug"],
