@@ -59,6 +59,15 @@ def test_schema_rejects_broken_results(breakage):
         results.validate(broken)
 
 
+def test_schema_takes_a_list_of_flat_records_but_not_deeper_nesting():
+    repeats = copy.deepcopy(_valid_result())
+    repeats["rows"][0]["again_us"] = [{"plan": 57.0, "best": 55.0}, {"plan": 56.9, "best": None}]
+    results.validate(repeats)  # each repeat's times of the calls timed in turns
+    repeats["rows"][0]["again_us"] = [{"plan": {"us": 57.0}}]
+    with pytest.raises(jsonschema.ValidationError):
+        results.validate(repeats)
+
+
 def test_write_puts_the_file_under_the_gpu_folder(tmp_path):
     path = results.write(_valid_result(), results_dir=tmp_path)
     assert path == tmp_path / "nvidia-h100-80gb-hbm3" / "vector_add.json"
