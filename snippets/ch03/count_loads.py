@@ -6,8 +6,8 @@ M = N = K = 4096
 BYTES = 2  # fp16
 FLOPS = 2 * M * N * K  # one multiply and one add per (i, j, k)
 
-# Datasheet peaks of an H100 SXM5 (NVIDIA H100 Tensor Core GPU datasheet), not measurements.
-RIDGE = 989e12 / 3.35e12  # dense fp16 FLOP/s divided by HBM bytes/s
+# Datasheet peaks of an H200 SXM (NVIDIA H200 datasheet: the H100's compute, 4.8 TB/s of HBM3e), not measurements.
+RIDGE = 989e12 / 4.8e12  # dense fp16 FLOP/s divided by HBM bytes/s
 
 
 def naive_loads() -> int:
@@ -27,7 +27,7 @@ def report(name: str, loads: int) -> None:
 
 
 print(f"C = A @ B with M = N = K = {M}, fp16: {FLOPS:,} FLOPs")
-print(f"ridge point (datasheet): {RIDGE:.0f} FLOP/byte")
+print(f"ridge point (H200 datasheet): {RIDGE:.0f} FLOP/byte")
 print("if every load went to HBM:")
 print()
 print(f"{'':<18} {'elements loaded':>16} {'traffic':>11} {'FLOP/byte':>9}")
