@@ -31,6 +31,12 @@ def _pyplot():
     return plt
 
 
+def span(values: list[float], fmt: str) -> str:
+    """The range of the values, "0.97–1.05", or one figure where both ends print alike."""
+    low, high = format(min(values), fmt), format(max(values), fmt)
+    return low if low == high else f"{low}–{high}"
+
+
 def table(headers: list[str], rows: list[list[object]]) -> str:
     """A markdown table; floats get three significant figures, None becomes an em dash."""
     def cell(value: object) -> str:

@@ -252,10 +252,6 @@ def chunked_table(result: dict) -> str:
         "memory.")
 
 
-def _range(low: float, high: float) -> str:
-    return f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}–{high:.2f}"
-
-
 def summary(result: dict) -> str:
     """Two sentences a reader sees with the notes closed: what a length off the multiples of 128 costs, and how a
     chunked prefill compares with SDPA."""
@@ -265,14 +261,14 @@ def summary(result: dict) -> str:
     for mode in ("prefill", "training"):
         rows = [r for r in lengths if r["mode"] == mode]
         if rows:
-            low, high = (f(rows, key=lambda r: r["to_neighbour"]) for f in (min, max))
-            parts.append(f"{mode} {_range(low['to_neighbour'], high['to_neighbour'])} (lowest at N = {low['N']:,})")
+            lowest = min(rows, key=lambda r: r["to_neighbour"])
+            parts.append(f"{mode} {render.span([r['to_neighbour'] for r in rows], '.2f')} "
+                         f"(lowest at N = {lowest['N']:,})")
     text = (f"At {MODEL.name}'s attention, {DTYPE}, causal: a length that is not a multiple of 128 runs at "
             f"{' and '.join(parts)} of the TFLOP/s at the nearest multiple, with the same batch.")
     if chunks:
-        low, high = min(r["ratio"] for r in chunks), max(r["ratio"] for r in chunks)
-        text += (f" A chunked prefill runs at {_range(low, high)}× the fastest SDPA backend that takes its "
-                 "lower-right causal mask.")
+        text += (f" A chunked prefill runs at {render.span([r['ratio'] for r in chunks], '.2f')}× the fastest SDPA "
+                 "backend that takes its lower-right causal mask.")
     return text
 
 

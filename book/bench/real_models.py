@@ -384,11 +384,6 @@ def _label(row: dict) -> str:
     return f"{row['model']} {row['dtype']} N = {row['N']:,}"
 
 
-def _span(values: list[float], fmt: str) -> str:
-    low, high = min(values), max(values)
-    return f"{low:{fmt}}" if f"{low:{fmt}}" == f"{high:{fmt}}" else f"{low:{fmt}}–{high:{fmt}}"
-
-
 def glance(result: dict) -> str:
     """One line per model: its heads, the paths ours took, and from N = 2,048 on the range of ours' TFLOP/s and of
     ours over the fastest SDPA backend, prefill and training step, both dtypes."""
@@ -404,8 +399,8 @@ def glance(result: dict) -> str:
         for kind in ("prefill", "training"):
             chosen = [r for r in rows if r["kind"] == kind]
             ratios = [r["ratio"] for r in chosen if r["ratio"] is not None]
-            cells += [_span([r["ours"] for r in chosen], ".0f") if chosen else None,
-                      _span(ratios, ".2f") + "×" if ratios else None]
+            cells += [render.span([r["ours"] for r in chosen], ".0f") if chosen else None,
+                      render.span(ratios, ".2f") + "×" if ratios else None]
         body.append(cells)
     lengths = sorted({r["N"] for r in result["rows"] if r["N"] >= TARGET_FROM})
     short = []
@@ -413,7 +408,7 @@ def glance(result: dict) -> str:
         ratios = [r["ratio"] for r in result["rows"]
                   if r["kind"] == kind and r["fast"] and r["N"] < TARGET_FROM and r["ratio"] is not None]
         if ratios:
-            short.append(f"{kind} {_span(ratios, '.2f')}×")
+            short.append(f"{kind} {render.span(ratios, '.2f')}×")
     shorter = ", ".join(f"{n:,}" for n in sorted({r["N"] for r in result["rows"] if r["N"] < TARGET_FROM}))
     below = (f" Shorter prompts, below the target's range, on the fast path: {' and '.join(short)} the fastest SDPA "
              f"backend at N = {shorter}." if short else "")
